@@ -1,0 +1,28 @@
+//! The `ffn` command-line tool.
+//!
+//! Every subcommand lives in its own module under `commands/`. Errors are printed as one line (with
+//! their context chain) and the process exits with status 1; panics are not used for user errors.
+
+mod commands;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+/// Flood-Filling Networks for volume electron microscopy: train, segment, evaluate.
+#[derive(Parser, Debug)]
+#[command(name = "ffn", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: commands::Command,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match commands::run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! Rank, size, address and timeout discovery from the environment, like the usual launchers set it.
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `RANK`, `WORLD_SIZE` | rank and number of ranks (torchrun, `ffn launch`) | |
+//! | `SLURM_PROCID`, `SLURM_NTASKS` | the same under `srun` | |
+//! | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE` | the same under Open MPI's `mpirun` | |
+//! | `MASTER_ADDR`, `MASTER_PORT` | rank 0's rendezvous address (zmq) | `127.0.0.1`, `29500` |
+//! | `FFN_COMM_BIND` | address the zmq data sockets bind to and announce | `127.0.0.1` |
+//! | `FFN_COMM_TOKEN` | job token every zmq peer must present | empty |
+//! | `FFN_SHM_NAME` | name of the shm segment in `/dev/shm` | from `SLURM_JOB_ID` or `MASTER_PORT` |
+//! | `FFN_COMM_TIMEOUT` | seconds before a dead or stalled peer is an error | `60` |
+//! | `FFN_COMM_STALL_WARNING` | seconds before a waiting collective warns on stderr (0: never) | `20` |
+//!
+//! Everything is read through a lookup function, so tests (and embedders) need not touch the
+//! process environment.
+
+use crate::CommError;
+use std::time::Duration;
+
+/// This process's place in the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorldInfo {
+    /// Rank, `0..size`.
+    pub rank: usize,
+    /// Number of ranks.
+    pub size: usize,
+}
+
+/// Pairs of (rank variable, size variable), in the order they are tried.
+const RANK_SOURCES: [(&str, &str); 4] = [
+    ("RANK", "WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+];
+
+impl WorldInfo {
+    /// Reads rank and size from the process environment (see the module docs).
+    pub fn from_env() -> Result<Self, CommError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads rank and size through `get` (a stand-in for `std::env::var`). A process with none of
+    /// the variables is rank 0 of 1.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, CommError> {
+        for (rank_var, size_var) in RANK_SOURCES {
+            match (get(rank_var), get(size_var)) {
+                (None, None) => continue,
+                (Some(r), Some(s)) => {
+                    let rank = parse_usize(rank_var, &r)?;
+                    let size = parse_usize(size_var, &s)?;
+                    return Self::new(rank, size);
+                }
+                (Some(_), None) => return Err(missing(size_var, &format!("set together with {rank_var}"))),
+                (None, Some(_)) => return Err(missing(rank_var, &format!("set together with {size_var}"))),
+            }
+        }
+        Ok(WorldInfo { rank: 0, size: 1 })
+    }
+
+    /// Checks `size >= 1` and `rank < size`.
+    pub fn new(rank: usize, size: usize) -> Result<Self, CommError> {
+        if size == 0 {
+            return Err(CommError::Config {
+                field: "world size",
+                expected: "at least 1".into(),
+                actual: "0".into(),
+            });
+        }
+        if rank >= size {
+            return Err(CommError::Config {
+                field: "rank",
+                expected: format!("0..{size}"),
+                actual: rank.to_string(),
+            });
+        }
+        Ok(WorldInfo { rank, size })
+    }
+}
+
+/// Settings shared by the process-based backends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommOptions {
+    /// A collective that waits this long for a peer fails with [`CommError::Timeout`].
+    pub timeout: Duration,
+    /// A collective that waits this long prints one warning naming the late ranks (zero: never).
+    pub stall_warning: Duration,
+    /// Rank 0's rendezvous host (zmq).
+    pub master_addr: String,
+    /// Rank 0's rendezvous port (zmq).
+    pub master_port: u16,
+    /// Address the data sockets bind to and announce (zmq).
+    pub bind_addr: String,
+    /// Token every peer must present at the rendezvous (zmq).
+    pub job_token: String,
+    /// Name of the shared-memory segment in `/dev/shm` (shm); `None` when nothing names the job.
+    pub shm_name: Option<String>,
+}
+
+impl Default for CommOptions {
+    fn default() -> Self {
+        CommOptions {
+            timeout: Duration::from_secs(60),
+            stall_warning: Duration::from_secs(20),
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            bind_addr: "127.0.0.1".into(),
+            job_token: String::new(),
+            shm_name: None,
+        }
+    }
+}
+
+impl CommOptions {
+    /// Reads the options from the process environment (see the module docs).
+    pub fn from_env() -> Result<Self, CommError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the options through `get`; unset variables keep their defaults.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, CommError> {
+        let mut o = CommOptions::default();
+        if let Some(v) = get("FFN_COMM_TIMEOUT") {
+            o.timeout = parse_seconds("FFN_COMM_TIMEOUT", &v, false)?;
+        }
+        if let Some(v) = get("FFN_COMM_STALL_WARNING") {
+            o.stall_warning = parse_seconds("FFN_COMM_STALL_WARNING", &v, true)?;
+        }
+        if let Some(v) = get("MASTER_ADDR") {
+            if v.trim().is_empty() {
+                return Err(CommError::Env {
+                    var: "MASTER_ADDR".into(),
+                    expected: "a host name or IP address".into(),
+                    found: v,
+                });
+            }
+            o.master_addr = v.trim().to_string();
+        }
+        if let Some(v) = get("MASTER_PORT") {
+            o.master_port = v.trim().parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| CommError::Env {
+                var: "MASTER_PORT".into(),
+                expected: "a TCP port 1..65535".into(),
+                found: v.clone(),
+            })?;
+        }
+        if let Some(v) = get("FFN_COMM_BIND") {
+            if v.trim().is_empty() || v.contains(['*', '/', ' ']) || v.trim() == "0.0.0.0" {
+                return Err(CommError::Env {
+                    var: "FFN_COMM_BIND".into(),
+                    expected: "one IP address of this host that peers can reach (not a wildcard)".into(),
+                    found: v,
+                });
+            }
+            o.bind_addr = v.trim().to_string();
+        }
+        if let Some(v) = get("FFN_COMM_TOKEN") {
+            o.job_token = v;
+        }
+        o.shm_name = match get("FFN_SHM_NAME") {
+            Some(v) => {
+                let ok = !v.is_empty()
+                    && v.len() <= 200
+                    && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                    && !v.starts_with('.');
+                if !ok {
+                    return Err(CommError::Env {
+                        var: "FFN_SHM_NAME".into(),
+                        expected: "1-200 characters from [A-Za-z0-9-_.], not starting with '.'".into(),
+                        found: v,
+                    });
+                }
+                Some(v)
+            }
+            None => match (get("SLURM_JOB_ID"), get("SLURM_STEP_ID"), get("MASTER_PORT")) {
+                (Some(job), step, _) if job.chars().all(|c| c.is_ascii_alphanumeric()) => {
+                    let step: String =
+                        step.unwrap_or_default().chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+                    Some(format!("ffn-comm-slurm-{job}.{step}"))
+                }
+                (_, _, Some(_)) => Some(format!("ffn-comm-port-{}", o.master_port)),
+                _ => None,
+            },
+        };
+        Ok(o)
+    }
+}
+
+fn missing(var: &str, expected: &str) -> CommError {
+    CommError::Env { var: var.into(), expected: expected.into(), found: "<unset>".into() }
+}
+
+fn parse_usize(var: &str, v: &str) -> Result<usize, CommError> {
+    v.trim().parse::<usize>().map_err(|_| CommError::Env {
+        var: var.into(),
+        expected: "a non-negative integer".into(),
+        found: v.into(),
+    })
+}
+
+fn parse_seconds(var: &str, v: &str, zero_ok: bool) -> Result<Duration, CommError> {
+    let err = || CommError::Env {
+        var: var.into(),
+        expected: if zero_ok { "seconds >= 0".into() } else { "seconds > 0".into() },
+        found: v.into(),
+    };
+    let s: f64 = v.trim().parse().map_err(|_| err())?;
+    if !s.is_finite() || s < 0.0 || (s == 0.0 && !zero_ok) || s > 1e9 {
+        return Err(err());
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn world_from_each_launcher() {
+        assert_eq!(WorldInfo::from_lookup(lookup(&[])).unwrap(), WorldInfo { rank: 0, size: 1 });
+        let w = WorldInfo::from_lookup(lookup(&[("RANK", "2"), ("WORLD_SIZE", "3")])).unwrap();
+        assert_eq!(w, WorldInfo { rank: 2, size: 3 });
+        let w = WorldInfo::from_lookup(lookup(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "4")])).unwrap();
+        assert_eq!(w, WorldInfo { rank: 1, size: 4 });
+        let w = WorldInfo::from_lookup(lookup(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")]))
+            .unwrap();
+        assert_eq!(w, WorldInfo { rank: 0, size: 2 });
+        // torchrun's variables win over SLURM's when both are present.
+        let w = WorldInfo::from_lookup(lookup(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("SLURM_PROCID", "5"),
+            ("SLURM_NTASKS", "8"),
+        ]))
+        .unwrap();
+        assert_eq!(w, WorldInfo { rank: 1, size: 2 });
+    }
+
+    #[test]
+    fn bad_world_variables_are_named() {
+        let e = WorldInfo::from_lookup(lookup(&[("RANK", "x"), ("WORLD_SIZE", "2")])).unwrap_err();
+        assert!(e.to_string().contains("RANK=\"x\""), "{e}");
+        let e = WorldInfo::from_lookup(lookup(&[("RANK", "1")])).unwrap_err();
+        assert!(e.to_string().contains("WORLD_SIZE"), "{e}");
+        let e = WorldInfo::from_lookup(lookup(&[("RANK", "2"), ("WORLD_SIZE", "2")])).unwrap_err();
+        assert!(e.to_string().contains("rank"), "{e}");
+        let e = WorldInfo::from_lookup(lookup(&[("RANK", "0"), ("WORLD_SIZE", "0")])).unwrap_err();
+        assert!(e.to_string().contains("world size"), "{e}");
+    }
+
+    #[test]
+    fn options_defaults_and_overrides() {
+        let o = CommOptions::from_lookup(lookup(&[])).unwrap();
+        assert_eq!(o, CommOptions::default());
+        assert_eq!(o.timeout, Duration::from_secs(60));
+        let o = CommOptions::from_lookup(lookup(&[
+            ("FFN_COMM_TIMEOUT", "2.5"),
+            ("FFN_COMM_STALL_WARNING", "0"),
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("MASTER_PORT", "1234"),
+            ("FFN_COMM_TOKEN", "abc"),
+        ]))
+        .unwrap();
+        assert_eq!(o.timeout, Duration::from_millis(2500));
+        assert_eq!(o.stall_warning, Duration::ZERO);
+        assert_eq!((o.master_addr.as_str(), o.master_port), ("10.0.0.1", 1234));
+        assert_eq!(o.job_token, "abc");
+        assert_eq!(o.shm_name.as_deref(), Some("ffn-comm-port-1234"));
+        let o = CommOptions::from_lookup(lookup(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "3")])).unwrap();
+        assert_eq!(o.shm_name.as_deref(), Some("ffn-comm-slurm-77.3"));
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        for (var, val) in [
+            ("FFN_COMM_TIMEOUT", "0"),
+            ("FFN_COMM_TIMEOUT", "-1"),
+            ("FFN_COMM_TIMEOUT", "soon"),
+            ("MASTER_PORT", "70000"),
+            ("FFN_COMM_BIND", "0.0.0.0"),
+            ("FFN_SHM_NAME", "../etc"),
+        ] {
+            let e = CommOptions::from_lookup(lookup(&[(var, val)])).unwrap_err();
+            assert!(e.to_string().contains(var), "{var}={val}: {e}");
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! 3D convolution with SAME zero padding, bias, and its two backward passes.
+//!
+//! # Shapes
+//! - input `[batch, z, y, x, in]`, output `[batch, z, y, x, out]` (channels-last, see
+//!   [`crate::tensor`]); SAME padding keeps the spatial size.
+//! - weights `[kz, ky, kx, in, out]` (TensorFlow's layout, as stored in the flat parameter buffer of
+//!   [`crate::model_spec`]), bias `[out]`. The kernel is cubic with an odd edge.
+//!
+//! # Implementations
+//! - [`reference`]: direct loops, f64 accumulation, plain layout. Slow and obviously correct.
+//! - [`fast`]: works on zero-padded buffers ([`crate::tensor::Padded`]). Because the layout is
+//!   channels-last and padded, the `k * in` values of taps `(dz, dy, 0..k)` of consecutive voxels form a
+//!   matrix with row stride `in` (a virtual im2col matrix that is never materialised): each conv is
+//!   `k * k` GEMMs of depth `k * in` per output plane, accumulated in cache. A 1x1x1 conv is one plain
+//!   GEMM. The input gradient is the same kernel run with flipped, transposed weights
+//!   ([`fast::flip_weights`]); the weight gradient is a GEMM of the transposed virtual im2col matrix
+//!   with the output gradient. Output planes are spread over threads ([`crate::parallel`]).
+
+pub mod fast;
+pub(crate) mod gemm;
+pub mod reference;
+
+#[cfg(test)]
+mod tests;
+
+/// Sizes of one convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv3dParams {
+    /// Number of volumes.
+    pub batch: usize,
+    /// Spatial size `[z, y, x]` of input and output.
+    pub size: [usize; 3],
+    /// Kernel edge (odd: 1, 3, 5, ...).
+    pub kernel: usize,
+    /// Input channels.
+    pub in_channels: usize,
+    /// Output channels.
+    pub out_channels: usize,
+}
+
+impl Conv3dParams {
+    /// Interior voxels of all volumes.
+    pub fn voxels(&self) -> usize {
+        self.batch * self.size.iter().product::<usize>()
+    }
+
+    /// Length of a plain input buffer.
+    pub fn input_len(&self) -> usize {
+        self.voxels() * self.in_channels
+    }
+
+    /// Length of a plain output buffer (same spatial size: SAME padding).
+    pub fn output_len(&self) -> usize {
+        self.voxels() * self.out_channels
+    }
+
+    /// Output shape `[batch, z, y, x, out]`.
+    pub fn output_shape(&self) -> [usize; 5] {
+        let [z, y, x] = self.size;
+        [self.batch, z, y, x, self.out_channels]
+    }
+
+    /// Number of weights (`k^3 * in * out`).
+    pub fn weights_len(&self) -> usize {
+        self.kernel.pow(3) * self.in_channels * self.out_channels
+    }
+
+    /// FLOPs of the forward pass (2 per multiply-add, zero-padded taps counted).
+    pub fn forward_flops(&self) -> u64 {
+        2 * self.voxels() as u64 * self.weights_len() as u64
+    }
+
+    /// Half the kernel edge: the border a SAME conv needs.
+    pub fn half(&self) -> usize {
+        self.kernel / 2
+    }
+}

@@ -1,0 +1,148 @@
+//! Reference-vs-fast tests on awkward shapes, and finite-difference checks of the reference.
+
+use super::{Conv3dParams, fast, reference};
+use crate::rng::Rng;
+use crate::tensor::Padded;
+use crate::testutil::{assert_close, finite_diff, seed, uniform};
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// Awkward shapes: sizes 1 and odd, channels 1 and 2, batch 1 and 3, kernels 1, 3 and 5.
+fn shapes() -> Vec<Conv3dParams> {
+    let mut v = Vec::new();
+    let sizes = [[1, 1, 1], [3, 2, 5], [1, 4, 1], [5, 3, 3], [2, 1, 6]];
+    for (i, size) in sizes.into_iter().enumerate() {
+        for (batch, cin, cout) in [(1, 1, 1), (3, 2, 1), (1, 2, 3), (3, 1, 2), (1, 5, 4)] {
+            for kernel in [1, 3] {
+                v.push(Conv3dParams { batch, size, kernel, in_channels: cin, out_channels: cout });
+            }
+            if i == 3 {
+                v.push(Conv3dParams { batch, size, kernel: 5, in_channels: cin, out_channels: cout });
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn fast_matches_reference_on_awkward_shapes() {
+    let mut rng = Rng::new(seed(11));
+    let mut scratch = Vec::new();
+    for p in shapes() {
+        for extra in [0, 1] {
+            let g = Padded::new(p.batch, p.size, p.half() + extra);
+            let input = uniform(&mut rng, p.input_len());
+            let w = uniform(&mut rng, p.weights_len());
+            let b = uniform(&mut rng, p.out_channels);
+            let gout = uniform(&mut rng, p.output_len());
+            let what = alloc::format!("{p:?} pad {}", g.pad);
+
+            // Forward, with and without ReLU.
+            let mut want = vec![0.0; p.output_len()];
+            reference::forward(&p, &input, &w, &b, &mut want);
+            let mut inp = vec![0.0; g.len(p.in_channels)];
+            g.pad_from(&input, p.in_channels, &mut inp);
+            for relu in [false, true] {
+                let mut out = vec![f32::NAN; g.len(p.out_channels)];
+                fast::forward(&p, &g, &inp, &w, &b, relu, &mut out);
+                let mut check = out.clone();
+                g.zero_border(&mut check, p.out_channels);
+                assert_eq!(check, out, "{what}: border not zero");
+                let mut got = vec![0.0; p.output_len()];
+                g.unpad_into(&out, p.out_channels, &mut got);
+                let w2: Vec<f32> = if relu { want.iter().map(|v| v.max(0.0)).collect() } else { want.clone() };
+                assert_close(&alloc::format!("forward {what} relu {relu}"), &got, &w2, 1e-5, 1e-5);
+            }
+
+            // Input gradient.
+            let mut want_gi = vec![0.0; p.input_len()];
+            reference::backward_input(&p, &gout, &w, &mut want_gi);
+            let mut gop = vec![0.0; g.len(p.out_channels)];
+            g.pad_from(&gout, p.out_channels, &mut gop);
+            let mut flipped = vec![0.0; p.weights_len()];
+            fast::flip_weights(&p, &w, &mut flipped);
+            let mut gi = vec![f32::NAN; g.len(p.in_channels)];
+            fast::backward_input(&p, &g, &gop, &flipped, &mut gi);
+            let mut got_gi = vec![0.0; p.input_len()];
+            g.unpad_into(&gi, p.in_channels, &mut got_gi);
+            assert_close(&alloc::format!("input grad {what}"), &got_gi, &want_gi, 1e-5, 1e-5);
+
+            // Weight and bias gradients.
+            let mut want_gw = vec![0.0; p.weights_len()];
+            let mut want_gb = vec![0.0; p.out_channels];
+            reference::backward_weights(&p, &input, &gout, &mut want_gw, &mut want_gb);
+            let mut gw = vec![f32::NAN; p.weights_len()];
+            let mut gb = vec![f32::NAN; p.out_channels];
+            fast::backward_weights(&p, &g, &inp, &gop, &mut gw, &mut gb, &mut scratch);
+            assert_close(&alloc::format!("weight grad {what}"), &gw, &want_gw, 1e-4, 1e-5);
+            assert_close(&alloc::format!("bias grad {what}"), &gb, &want_gb, 1e-4, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn flip_weights_reverses_taps_and_swaps_channels() {
+    let p = Conv3dParams { batch: 1, size: [1, 1, 1], kernel: 3, in_channels: 2, out_channels: 3 };
+    let w: Vec<f32> = (0..p.weights_len()).map(|i| i as f32).collect();
+    let mut f = vec![0.0; w.len()];
+    fast::flip_weights(&p, &w, &mut f);
+    // Tap (0,0,1), in 1, out 2 -> tap (2,2,1), [out 2][in 1].
+    let src = ((1) * 2 + 1) * 3 + 2;
+    let dst = ((2 * 9 + 2 * 3 + 1) * 3 + 2) * 2 + 1;
+    assert_eq!(f[dst], w[src]);
+}
+
+#[test]
+fn zero_sizes_give_empty_results() {
+    let p = Conv3dParams { batch: 2, size: [0, 3, 3], kernel: 3, in_channels: 2, out_channels: 2 };
+    let g = Padded::new(2, p.size, 1);
+    let inp = vec![1.0; g.len(2)];
+    let mut out = vec![5.0; g.len(2)];
+    fast::forward(&p, &g, &inp, &vec![1.0; p.weights_len()], &[1.0, 1.0], false, &mut out);
+    assert!(out.iter().all(|v| *v == 0.0));
+    let (mut gw, mut gb, mut s) = (vec![3.0; p.weights_len()], vec![3.0; 2], Vec::new());
+    fast::backward_weights(&p, &g, &inp, &out, &mut gw, &mut gb, &mut s);
+    assert!(gw.iter().chain(&gb).all(|v| *v == 0.0));
+}
+
+/// `L = sum(out * r)` for the reference conv, as f64.
+fn weighted_sum(p: &Conv3dParams, input: &[f32], w: &[f32], b: &[f32], r: &[f32]) -> f64 {
+    let mut out = vec![0.0; p.output_len()];
+    reference::forward(p, input, w, b, &mut out);
+    out.iter().zip(r).map(|(o, r)| *o as f64 * *r as f64).sum()
+}
+
+#[test]
+fn reference_gradients_match_finite_differences() {
+    let mut rng = Rng::new(seed(5));
+    for p in [
+        Conv3dParams { batch: 2, size: [3, 2, 4], kernel: 3, in_channels: 2, out_channels: 3 },
+        Conv3dParams { batch: 1, size: [2, 3, 1], kernel: 1, in_channels: 3, out_channels: 2 },
+    ] {
+        let mut input = uniform(&mut rng, p.input_len());
+        let mut w = uniform(&mut rng, p.weights_len());
+        let mut b = uniform(&mut rng, p.out_channels);
+        let r = uniform(&mut rng, p.output_len());
+        let mut gi = vec![0.0; p.input_len()];
+        reference::backward_input(&p, &r, &w, &mut gi);
+        let mut gw = vec![0.0; p.weights_len()];
+        let mut gb = vec![0.0; p.out_channels];
+        reference::backward_weights(&p, &input, &r, &mut gw, &mut gb);
+        let eps = 1e-2;
+        for i in 0..input.len() {
+            let (wc, bc) = (w.clone(), b.clone());
+            let fd = finite_diff(&mut input, i, eps, |x| weighted_sum(&p, x, &wc, &bc, &r));
+            assert!((fd - gi[i] as f64).abs() < 1e-3, "input {i}: fd {fd} vs {}", gi[i]);
+        }
+        for i in 0..w.len() {
+            let (ic, bc) = (input.clone(), b.clone());
+            let fd = finite_diff(&mut w, i, eps, |x| weighted_sum(&p, &ic, x, &bc, &r));
+            assert!((fd - gw[i] as f64).abs() < 1e-3, "weight {i}: fd {fd} vs {}", gw[i]);
+        }
+        for i in 0..b.len() {
+            let (ic, wc) = (input.clone(), w.clone());
+            let fd = finite_diff(&mut b, i, eps, |x| weighted_sum(&p, &ic, &wc, x, &r));
+            assert!((fd - gb[i] as f64).abs() < 1e-3, "bias {i}: fd {fd} vs {}", gb[i]);
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! # ffn-io
+//!
+//! Files and formats of ffn-rs: HDF5 volumes, image stacks, label maps, checkpoints and configs.
+//!
+//! Volumes are named `file.h5:dataset` (as in google/ffn) and stored with axes **z, y, x**. Every
+//! function returns [`IoError`], whose message is one line naming the file (and dataset, tensor or
+//! key) and what was expected and found.
+#![warn(missing_docs)]
+
+pub mod coords;
+pub mod crc32c;
+pub mod error;
+pub mod tf_bundle;
+pub mod volume;
+
+pub use error::IoError;
+pub use volume::{
+    VolumeSpec, check_same_shape, dataset_dtype, dataset_shape, list_datasets, read_image_f32,
+    read_image_f32_region, read_image_u8, read_image_u8_region, read_labels, read_labels_region,
+    write_image_f32, write_image_u8, write_labels,
+};
+
+/// The version of this crate, as written in its manifest.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,505 @@
+//! 3D volumes in HDF5 files, named `file.h5:dataset` as in google/ffn.
+//!
+//! Axes are **z, y, x** on disk and in memory (`Array3` index `[z, y, x]`), the layout google/ffn and
+//! the FlyEM data use. Images are `u8` or `f32`; labels may be stored as any signed or unsigned
+//! integer type and are read as `u64` (a negative id is an error). Writes are chunked (32^3 or the
+//! whole axis when smaller) and deflate-compressed; a dataset that already exists is replaced and the
+//! other datasets of the file are kept. Sub-volumes are read as hyperslabs, without loading the rest
+//! of the dataset.
+
+use crate::error::{IoError, one_line};
+use hdf5::types::{FloatSize, IntSize, TypeDescriptor};
+use hdf5::{Dataset, File, H5Type};
+use ndarray::{Array3, s};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Edge of the chunks of written datasets (per axis, capped by the axis length).
+pub const CHUNK_EDGE: usize = 32;
+/// Deflate level of written datasets.
+pub const DEFLATE_LEVEL: u8 = 4;
+
+/// A dataset inside an HDF5 file, written `file.h5:dataset` (the dataset may contain `/` groups).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct VolumeSpec {
+    /// The HDF5 file.
+    pub path: PathBuf,
+    /// The dataset inside it, e.g. `raw` or `volumes/labels`.
+    pub dataset: String,
+}
+
+impl VolumeSpec {
+    /// A spec from its two parts.
+    pub fn new(path: impl Into<PathBuf>, dataset: impl Into<String>) -> Self {
+        Self { path: path.into(), dataset: dataset.into() }
+    }
+}
+
+impl fmt::Display for VolumeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.path.display(), self.dataset)
+    }
+}
+
+impl FromStr for VolumeSpec {
+    type Err = IoError;
+
+    /// Parses `file.h5:dataset`; the split is at the last `:`.
+    fn from_str(s: &str) -> Result<Self, IoError> {
+        let bad = |reason: &str| IoError::InvalidSpec { spec: s.to_string(), reason: reason.into() };
+        let (file, dataset) = s.rsplit_once(':').ok_or_else(|| bad("no ':' between file and dataset"))?;
+        let dataset = dataset.trim_matches('/');
+        if file.is_empty() {
+            return Err(bad("empty file name"));
+        }
+        if dataset.is_empty() {
+            return Err(bad("empty dataset name"));
+        }
+        Ok(Self::new(file, dataset))
+    }
+}
+
+/// The element type of a dataset, as a short name (`uint8`, `int32`, `float32`, ...).
+fn dtype_name(d: &TypeDescriptor) -> String {
+    let bits = |s: &IntSize| 8 * (*s as usize);
+    match d {
+        TypeDescriptor::Integer(s) => format!("int{}", bits(s)),
+        TypeDescriptor::Unsigned(s) => format!("uint{}", bits(s)),
+        TypeDescriptor::Float(FloatSize::U4) => "float32".into(),
+        TypeDescriptor::Float(FloatSize::U8) => "float64".into(),
+        other => format!("{other}"),
+    }
+}
+
+fn hdf5_err(spec: &dyn fmt::Display, e: hdf5::Error) -> IoError {
+    IoError::Hdf5 { spec: spec.to_string(), detail: one_line(&e.to_string()) }
+}
+
+/// Opens an HDF5 file for reading, with a clear error for a missing or non-HDF5 file.
+pub fn open_file(path: &Path) -> Result<File, IoError> {
+    std::fs::metadata(path).map_err(|e| IoError::os(path, e))?;
+    File::open(path).map_err(|e| IoError::NotHdf5 { path: path.into(), detail: one_line(&e.to_string()) })
+}
+
+/// Names of every dataset in the file (recursively, `group/name`), sorted.
+pub fn list_datasets(path: &Path) -> Result<Vec<String>, IoError> {
+    let file = open_file(path)?;
+    let mut out = Vec::new();
+    collect_datasets(&file, "", &mut out, path)?;
+    out.sort();
+    Ok(out)
+}
+
+fn collect_datasets(group: &hdf5::Group, prefix: &str, out: &mut Vec<String>, path: &Path) -> Result<(), IoError> {
+    let names = group.member_names().map_err(|e| hdf5_err(&path.display(), e))?;
+    for name in names {
+        let full = format!("{prefix}{name}");
+        if group.dataset(&name).is_ok() {
+            out.push(full);
+        } else if let Ok(sub) = group.group(&name) {
+            collect_datasets(&sub, &format!("{full}/"), out, path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens the dataset of `spec`; a missing one is reported with the list of datasets that exist.
+pub fn open_dataset(spec: &VolumeSpec) -> Result<Dataset, IoError> {
+    let file = open_file(&spec.path)?;
+    match file.dataset(&spec.dataset) {
+        Ok(ds) => Ok(ds),
+        Err(_) => {
+            let mut names = Vec::new();
+            collect_datasets(&file, "", &mut names, &spec.path)?;
+            names.sort();
+            let available = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+            Err(IoError::MissingDataset { path: spec.path.clone(), dataset: spec.dataset.clone(), available })
+        }
+    }
+}
+
+fn element_type(spec: &VolumeSpec, ds: &Dataset) -> Result<TypeDescriptor, IoError> {
+    ds.dtype().and_then(|t| t.to_descriptor()).map_err(|e| hdf5_err(spec, e))
+}
+
+fn check_rank3(spec: &VolumeSpec, shape: &[usize]) -> Result<[usize; 3], IoError> {
+    match *shape {
+        [z, y, x] => Ok([z, y, x]),
+        _ => Err(IoError::WrongRank {
+            spec: spec.to_string(),
+            expected: 3,
+            axes: "z,y,x".into(),
+            found: shape.len(),
+            shape: shape.to_vec(),
+        }),
+    }
+}
+
+/// Shape `[z, y, x]` of a 3D dataset, without reading it.
+pub fn dataset_shape(spec: &VolumeSpec) -> Result<[usize; 3], IoError> {
+    let ds = open_dataset(spec)?;
+    check_rank3(spec, &ds.shape())
+}
+
+/// Element type of a dataset as a short name (`uint8`, `int64`, `float32`, ...).
+pub fn dataset_dtype(spec: &VolumeSpec) -> Result<String, IoError> {
+    let ds = open_dataset(spec)?;
+    Ok(dtype_name(&element_type(spec, &ds)?))
+}
+
+/// Fails with [`IoError::ShapeMismatch`] unless the two volumes have one shape (e.g. image and labels).
+pub fn check_same_shape(a: &VolumeSpec, a_shape: &[usize], b: &VolumeSpec, b_shape: &[usize]) -> Result<(), IoError> {
+    if a_shape == b_shape {
+        Ok(())
+    } else {
+        Err(IoError::ShapeMismatch {
+            a: a.to_string(),
+            a_shape: a_shape.to_vec(),
+            b: b.to_string(),
+            b_shape: b_shape.to_vec(),
+        })
+    }
+}
+
+/// A sub-volume request: `None` means the whole dataset.
+type Region = Option<([usize; 3], [usize; 3])>;
+
+fn read_typed<T: H5Type + Clone + Default>(spec: &VolumeSpec, ds: &Dataset, region: Region) -> Result<Array3<T>, IoError> {
+    let full = check_rank3(spec, &ds.shape())?;
+    let result = match region {
+        None => ds.read::<T, ndarray::Ix3>(),
+        Some((o, n)) => {
+            let fits = (0..3).all(|i| o[i].checked_add(n[i]).is_some_and(|end| end <= full[i]));
+            if !fits {
+                return Err(IoError::RegionOutOfBounds {
+                    spec: spec.to_string(),
+                    offset: o,
+                    shape: n,
+                    dataset_shape: full.to_vec(),
+                });
+            }
+            if n.contains(&0) {
+                return Ok(Array3::default((n[0], n[1], n[2])));
+            }
+            ds.read_slice::<T, _, ndarray::Ix3>(s![o[0]..o[0] + n[0], o[1]..o[1] + n[1], o[2]..o[2] + n[2]])
+        }
+    };
+    result.map_err(|e| hdf5_err(spec, e))
+}
+
+fn check_finite<T: Copy + Into<f64>>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
+    for ((z, y, x), &value) in v.indexed_iter() {
+        let value: f64 = value.into();
+        if !value.is_finite() {
+            return Err(IoError::NonFinite { spec: spec.to_string(), index: [z, y, x], value });
+        }
+    }
+    Ok(())
+}
+
+fn read_image_f32_impl(spec: &VolumeSpec, region: Region) -> Result<Array3<f32>, IoError> {
+    let ds = open_dataset(spec)?;
+    check_rank3(spec, &ds.shape())?;
+    match element_type(spec, &ds)? {
+        TypeDescriptor::Unsigned(IntSize::U1) => Ok(read_typed::<u8>(spec, &ds, region)?.mapv(f32::from)),
+        TypeDescriptor::Float(FloatSize::U4) => {
+            let v = read_typed::<f32>(spec, &ds, region)?;
+            check_finite(spec, &v)?;
+            Ok(v)
+        }
+        TypeDescriptor::Float(FloatSize::U8) => {
+            let v = read_typed::<f64>(spec, &ds, region)?;
+            check_finite(spec, &v)?;
+            Ok(v.mapv(|x| x as f32))
+        }
+        other => Err(IoError::WrongDtype {
+            spec: spec.to_string(),
+            expected: "an image of uint8, float32 or float64".into(),
+            found: dtype_name(&other),
+        }),
+    }
+}
+
+/// Reads a 3D image (`uint8`, `float32` or `float64` on disk) as `f32`, axes z,y,x. Values are not
+/// rescaled (a `uint8` 200 becomes 200.0). NaN or infinity is an error.
+pub fn read_image_f32(spec: &VolumeSpec) -> Result<Array3<f32>, IoError> {
+    read_image_f32_impl(spec, None)
+}
+
+/// Reads the sub-volume `offset_zyx .. offset_zyx + shape_zyx` of a 3D image as `f32` (a hyperslab:
+/// only that part is read from disk). Same types and checks as [`read_image_f32`].
+pub fn read_image_f32_region(
+    spec: &VolumeSpec,
+    offset_zyx: [usize; 3],
+    shape_zyx: [usize; 3],
+) -> Result<Array3<f32>, IoError> {
+    read_image_f32_impl(spec, Some((offset_zyx, shape_zyx)))
+}
+
+fn read_image_u8_impl(spec: &VolumeSpec, region: Region) -> Result<Array3<u8>, IoError> {
+    let ds = open_dataset(spec)?;
+    check_rank3(spec, &ds.shape())?;
+    match element_type(spec, &ds)? {
+        TypeDescriptor::Unsigned(IntSize::U1) => read_typed::<u8>(spec, &ds, region),
+        other => Err(IoError::WrongDtype {
+            spec: spec.to_string(),
+            expected: "an image of uint8".into(),
+            found: dtype_name(&other),
+        }),
+    }
+}
+
+/// Reads a 3D `uint8` image, axes z,y,x.
+pub fn read_image_u8(spec: &VolumeSpec) -> Result<Array3<u8>, IoError> {
+    read_image_u8_impl(spec, None)
+}
+
+/// Reads a sub-volume of a 3D `uint8` image (hyperslab).
+pub fn read_image_u8_region(
+    spec: &VolumeSpec,
+    offset_zyx: [usize; 3],
+    shape_zyx: [usize; 3],
+) -> Result<Array3<u8>, IoError> {
+    read_image_u8_impl(spec, Some((offset_zyx, shape_zyx)))
+}
+
+fn unsigned_to_u64<T: H5Type + Copy + Default + Into<u64>>(
+    spec: &VolumeSpec,
+    ds: &Dataset,
+    region: Region,
+) -> Result<Array3<u64>, IoError> {
+    Ok(read_typed::<T>(spec, ds, region)?.mapv(Into::into))
+}
+
+fn signed_to_u64<T: H5Type + Copy + Default + Into<i64>>(
+    spec: &VolumeSpec,
+    ds: &Dataset,
+    region: Region,
+) -> Result<Array3<u64>, IoError> {
+    let v = read_typed::<T>(spec, ds, region)?;
+    if let Some(((z, y, x), &value)) = v.indexed_iter().find(|(_, value)| (**value).into() < 0) {
+        return Err(IoError::NegativeLabel { spec: spec.to_string(), index: vec![z, y, x], value: value.into() });
+    }
+    Ok(v.mapv(|value| value.into() as u64))
+}
+
+fn read_labels_impl(spec: &VolumeSpec, region: Region) -> Result<Array3<u64>, IoError> {
+    let ds = open_dataset(spec)?;
+    check_rank3(spec, &ds.shape())?;
+    match element_type(spec, &ds)? {
+        TypeDescriptor::Unsigned(IntSize::U1) => unsigned_to_u64::<u8>(spec, &ds, region),
+        TypeDescriptor::Unsigned(IntSize::U2) => unsigned_to_u64::<u16>(spec, &ds, region),
+        TypeDescriptor::Unsigned(IntSize::U4) => unsigned_to_u64::<u32>(spec, &ds, region),
+        TypeDescriptor::Unsigned(IntSize::U8) => unsigned_to_u64::<u64>(spec, &ds, region),
+        TypeDescriptor::Integer(IntSize::U1) => signed_to_u64::<i8>(spec, &ds, region),
+        TypeDescriptor::Integer(IntSize::U2) => signed_to_u64::<i16>(spec, &ds, region),
+        TypeDescriptor::Integer(IntSize::U4) => signed_to_u64::<i32>(spec, &ds, region),
+        TypeDescriptor::Integer(IntSize::U8) => signed_to_u64::<i64>(spec, &ds, region),
+        other => Err(IoError::WrongDtype {
+            spec: spec.to_string(),
+            expected: "labels of an integer type (uint8..uint64, int8..int64)".into(),
+            found: dtype_name(&other),
+        }),
+    }
+}
+
+/// Reads a 3D label volume of any integer type as `u64`, axes z,y,x. Negative ids are an error.
+pub fn read_labels(spec: &VolumeSpec) -> Result<Array3<u64>, IoError> {
+    read_labels_impl(spec, None)
+}
+
+/// Reads a sub-volume of a 3D label volume (hyperslab); same types and checks as [`read_labels`].
+pub fn read_labels_region(
+    spec: &VolumeSpec,
+    offset_zyx: [usize; 3],
+    shape_zyx: [usize; 3],
+) -> Result<Array3<u64>, IoError> {
+    read_labels_impl(spec, Some((offset_zyx, shape_zyx)))
+}
+
+/// Opens (or creates) the file of `spec` for writing, removes an existing dataset of that name and
+/// creates the groups on its path. Returns the file and the group that will hold the dataset.
+fn prepare_write(spec: &VolumeSpec) -> Result<(File, hdf5::Group, String), IoError> {
+    let path = &spec.path;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::metadata(parent).map_err(|e| IoError::os(parent, e))?;
+    }
+    let file = if path.exists() {
+        File::open_rw(path).map_err(|e| IoError::NotHdf5 { path: path.clone(), detail: one_line(&e.to_string()) })?
+    } else {
+        File::create(path).map_err(|e| hdf5_err(&path.display(), e))?
+    };
+    let parts: Vec<&str> = spec.dataset.split('/').filter(|p| !p.is_empty()).collect();
+    let (leaf, groups) = parts.split_last().ok_or_else(|| IoError::InvalidSpec {
+        spec: spec.to_string(),
+        reason: "empty dataset name".into(),
+    })?;
+    let mut group: hdf5::Group = (*file).clone();
+    for g in groups {
+        group = if group.link_exists(g) {
+            group.group(g).map_err(|e| hdf5_err(spec, e))?
+        } else {
+            group.create_group(g).map_err(|e| hdf5_err(spec, e))?
+        };
+    }
+    if group.link_exists(leaf) {
+        group.unlink(leaf).map_err(|e| hdf5_err(spec, e))?;
+    }
+    Ok((file, group, (*leaf).to_string()))
+}
+
+fn write_typed<T: H5Type + Clone>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
+    let (file, group, leaf) = prepare_write(spec)?;
+    let sh = v.shape();
+    let chunk = (sh[0].clamp(1, CHUNK_EDGE), sh[1].clamp(1, CHUNK_EDGE), sh[2].clamp(1, CHUNK_EDGE));
+    let view = v.as_standard_layout();
+    group
+        .new_dataset_builder()
+        .with_data(&view)
+        .chunk(chunk)
+        .deflate(DEFLATE_LEVEL)
+        .create(leaf.as_str())
+        .map_err(|e| hdf5_err(spec, e))?;
+    file.flush().map_err(|e| hdf5_err(spec, e))?;
+    Ok(())
+}
+
+/// Writes a 3D `uint8` image (z,y,x), chunked and deflate-compressed, replacing a dataset of that name.
+pub fn write_image_u8(spec: &VolumeSpec, v: &Array3<u8>) -> Result<(), IoError> {
+    write_typed(spec, v)
+}
+
+/// Writes a 3D `float32` image (z,y,x); NaN or infinity is refused.
+pub fn write_image_f32(spec: &VolumeSpec, v: &Array3<f32>) -> Result<(), IoError> {
+    check_finite(spec, v)?;
+    write_typed(spec, v)
+}
+
+/// Writes a 3D label volume (z,y,x) as the smallest unsigned type that holds its largest id.
+pub fn write_labels(spec: &VolumeSpec, v: &Array3<u64>) -> Result<(), IoError> {
+    let max = v.iter().copied().max().unwrap_or(0);
+    if max <= u64::from(u8::MAX) {
+        write_typed(spec, &v.mapv(|x| x as u8))
+    } else if max <= u64::from(u16::MAX) {
+        write_typed(spec, &v.mapv(|x| x as u16))
+    } else if max <= u64::from(u32::MAX) {
+        write_typed(spec, &v.mapv(|x| x as u32))
+    } else {
+        write_typed(spec, v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> (tempfile::TempDir, VolumeSpec) {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = VolumeSpec::new(dir.path().join("v.h5"), name);
+        (dir, spec)
+    }
+
+    fn ramp<T>(shape: (usize, usize, usize), f: impl Fn(usize) -> T) -> Array3<T> {
+        let n = shape.0 * shape.1 * shape.2;
+        Array3::from_shape_vec(shape, (0..n).map(f).collect()).unwrap()
+    }
+
+    #[test]
+    fn spec_parses_and_displays() {
+        let s: VolumeSpec = "/a/b.h5:raw".parse().unwrap();
+        assert_eq!(s, VolumeSpec::new("/a/b.h5", "raw"));
+        assert_eq!(s.to_string(), "/a/b.h5:raw");
+        let g: VolumeSpec = "x.h5:/grp/ds".parse().unwrap();
+        assert_eq!(g.dataset, "grp/ds");
+        for bad in ["x.h5", "x.h5:", ":raw"] {
+            let e = bad.parse::<VolumeSpec>().unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains("FILE:DATASET"), "{e}");
+        }
+    }
+
+    #[test]
+    fn u8_f32_round_trip_and_regions() {
+        let (_d, spec) = tmp("raw");
+        let v = ramp((5, 40, 37), |i| (i % 251) as u8);
+        write_image_u8(&spec, &v).unwrap();
+        assert_eq!(read_image_u8(&spec).unwrap(), v);
+        assert_eq!(read_image_f32(&spec).unwrap(), v.mapv(f32::from));
+        let r = read_image_f32_region(&spec, [1, 3, 30], [2, 35, 7]).unwrap();
+        assert_eq!(r, v.slice(s![1..3, 3..38, 30..37]).mapv(f32::from));
+        assert_eq!(read_image_u8_region(&spec, [4, 0, 0], [1, 40, 37]).unwrap(), v.slice(s![4..5, .., ..]));
+        assert_eq!(read_image_u8_region(&spec, [0, 0, 0], [0, 2, 2]).unwrap().len(), 0);
+        let e = read_image_f32_region(&spec, [4, 0, 0], [2, 1, 1]).unwrap_err().to_string();
+        assert!(e.contains("outside the dataset") && e.contains("[5, 40, 37]"), "{e}");
+        // second dataset in the same file, f32, and the first one survives
+        let f = VolumeSpec::new(&spec.path, "grp/norm");
+        let w = ramp((3, 2, 70), |i| i as f32 * 0.5 - 3.0);
+        write_image_f32(&f, &w).unwrap();
+        assert_eq!(read_image_f32(&f).unwrap(), w);
+        assert_eq!(read_image_u8(&spec).unwrap(), v);
+        assert_eq!(list_datasets(&spec.path).unwrap(), ["grp/norm", "raw"]);
+        assert_eq!(dataset_shape(&f).unwrap(), [3, 2, 70]);
+        // replacing a dataset with another shape and type
+        write_image_f32(&spec, &w).unwrap();
+        assert_eq!(read_image_f32(&spec).unwrap(), w);
+        assert_eq!(dataset_dtype(&spec).unwrap(), "float32");
+    }
+
+    #[test]
+    fn written_datasets_are_chunked_and_compressed() {
+        let (_d, spec) = tmp("raw");
+        write_image_u8(&spec, &Array3::zeros((64, 64, 10))).unwrap();
+        let ds = open_dataset(&spec).unwrap();
+        assert_eq!(ds.chunk(), Some(vec![32, 32, 10]));
+        assert!(ds.filters().iter().any(|f| matches!(f, hdf5::filters::Filter::Deflate(_))));
+        assert!(ds.storage_size() < 64 * 64 * 10 / 10, "zeros compress: {}", ds.storage_size());
+    }
+
+    #[test]
+    fn labels_use_smallest_type_and_round_trip() {
+        let (_d, spec) = tmp("labels");
+        for (max, name) in [(200u64, "uint8"), (60_000, "uint16"), (70_000, "uint32"), (u64::MAX - 1, "uint64")] {
+            let v = ramp((2, 3, 4), |i| if i == 23 { max } else { i as u64 });
+            write_labels(&spec, &v).unwrap();
+            assert_eq!(dataset_dtype(&spec).unwrap(), name);
+            assert_eq!(read_labels(&spec).unwrap(), v);
+            assert_eq!(read_labels_region(&spec, [1, 2, 3], [1, 1, 1]).unwrap()[[0, 0, 0]], max);
+        }
+    }
+
+    #[test]
+    fn signed_labels_are_accepted_and_negatives_refused() {
+        let (_d, spec) = tmp("seg");
+        let file = File::create(&spec.path).unwrap();
+        let v = ramp((2, 2, 3), |i| i as i32 * 1000);
+        file.new_dataset_builder().with_data(&v).create("seg").unwrap();
+        let mut n = v.mapv(i64::from);
+        n[[1, 0, 2]] = -7;
+        file.new_dataset_builder().with_data(&n).create("neg").unwrap();
+        let small = ramp((1, 1, 2), |i| i as i8);
+        file.new_dataset_builder().with_data(&small).create("i8").unwrap();
+        drop(file);
+        assert_eq!(read_labels(&spec).unwrap(), v.mapv(|x| x as u64));
+        assert_eq!(read_labels(&VolumeSpec::new(&spec.path, "i8")).unwrap(), small.mapv(|x| x as u64));
+        let e = read_labels(&VolumeSpec::new(&spec.path, "neg")).unwrap_err().to_string();
+        assert!(e.contains(":neg") && e.contains("negative label -7 at [1, 0, 2]"), "{e}");
+    }
+
+    #[test]
+    fn shape_check_names_both_volumes() {
+        let a = VolumeSpec::new("a.h5", "raw");
+        let b = VolumeSpec::new("b.h5", "labels");
+        assert!(check_same_shape(&a, &[1, 2, 3], &b, &[1, 2, 3]).is_ok());
+        let e = check_same_shape(&a, &[1, 2, 3], &b, &[1, 2, 4]).unwrap_err().to_string();
+        assert!(e.contains("a.h5:raw") && e.contains("b.h5:labels") && e.contains("[1, 2, 4]"), "{e}");
+    }
+
+    #[test]
+    fn f32_writer_refuses_nan() {
+        let (_d, spec) = tmp("x");
+        let mut v = Array3::<f32>::zeros((2, 2, 2));
+        v[[1, 1, 0]] = f32::NAN;
+        let e = write_image_f32(&spec, &v).unwrap_err().to_string();
+        assert!(e.contains("non-finite value NaN at (z,y,x) = [1, 1, 0]"), "{e}");
+    }
+}

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests, cross-crate tests, and the multi-process tests (which start
+# their own processes with mpirun, `ffn launch` and ZeroMQ ranks). Run from the repository root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+cargo build --bin ffn
+cargo test --workspace
