@@ -4,6 +4,8 @@
 //! their context chain) and the process exits with status 1; panics are not used for user errors.
 
 mod commands;
+mod optimizers;
+mod plot;
 
 use clap::Parser;
 use std::process::ExitCode;

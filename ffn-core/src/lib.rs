@@ -10,14 +10,20 @@
 
 extern crate alloc;
 
+pub mod inference;
 pub mod metrics;
 pub mod model_spec;
 pub mod rng;
+pub mod segmentation;
 pub mod synth;
 pub mod training;
 
 pub mod conv;
 pub mod error;
+pub mod layers;
+pub mod loss;
+pub mod network;
+pub mod optim;
 pub mod parallel;
 pub mod tensor;
 #[cfg(test)]

@@ -74,8 +74,7 @@ impl fmt::Display for MetricsError {
     }
 }
 
-#[cfg(feature = "std")]
-impl std::error::Error for MetricsError {}
+impl core::error::Error for MetricsError {}
 
 /// Test label value standing for one singleton segment (with `test_zero_singletons`).
 const SINGLETON: u64 = u64::MAX;

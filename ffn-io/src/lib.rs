@@ -7,12 +7,17 @@
 //! key) and what was expected and found.
 #![warn(missing_docs)]
 
+pub mod checkpoint;
+pub mod config;
 pub mod coords;
 pub mod crc32c;
 pub mod error;
+pub mod labels;
+pub mod stack;
 pub mod tf_bundle;
 pub mod volume;
 
+pub use checkpoint::{Checkpoint, load_any_model, load_checkpoint, save_checkpoint};
 pub use error::IoError;
 pub use volume::{
     VolumeSpec, check_same_shape, dataset_dtype, dataset_shape, list_datasets, read_image_f32,

@@ -230,7 +230,7 @@ impl<'a> Cursor<'a> {
 enum Field<'a> {
     Varint(u64),
     Fixed32(u32),
-    Fixed64(u64),
+    Fixed64,
     Bytes(&'a [u8]),
 }
 
@@ -240,8 +240,8 @@ fn next_field<'a>(c: &mut Cursor<'a>) -> Result<(u64, Field<'a>), String> {
     let field = match wire {
         0 => Field::Varint(c.varint()?),
         1 => {
-            let b = c.bytes(8)?;
-            Field::Fixed64(u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            c.bytes(8)?;
+            Field::Fixed64
         }
         2 => {
             let n = usize::try_from(c.varint()?).map_err(|_| "length too large")?;

@@ -1,19 +1,60 @@
 //! The subcommands of `ffn`, one module each.
 
+mod bench;
+mod comm_selftest;
+pub mod coordinates;
+pub mod demo;
+mod import;
+mod inspect;
+mod launch;
+pub mod partitions;
 mod selfcheck;
+pub mod synth;
+pub mod train;
 
 use clap::Subcommand;
 
 /// All subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Starts N ranks of an ffn subcommand on this host (shm / zmq backends): `ffn launch -n 2 -- ...`.
+    Launch(launch::Args),
+    /// Throughput benchmarks: `ffn bench train`, `ffn bench forward` (one JSON line with --json).
+    Bench(bench::Args),
+    /// Runs the communicator conformance suite inside one rank (used by the multi-process tests).
+    #[command(hide = true)]
+    CommSelftest(comm_selftest::Args),
     /// Quick self-check of the build: model shapes, parameter counts, RNG, compiled-in backends.
     Selfcheck(selfcheck::Args),
+    /// Writes a synthetic labelled volume (branching neurites, dark membranes) to HDF5.
+    Synth(synth::Args),
+    /// Computes training partitions (local object-mask fraction classes) from a label volume.
+    Partitions(partitions::Args),
+    /// Builds class-balanced, shuffled training coordinates from partition volumes.
+    Coordinates(coordinates::Args),
+    /// Trains an FFN on labelled volumes: checkpoints, metrics log, training curve, exact resume.
+    Train(train::Args),
+    /// The whole pipeline on synthetic (or given) data: prepare, train, segment, evaluate, plot.
+    Demo(demo::Args),
+    /// Imports PNG slice stacks and (FlyEM) label maps into HDF5 volumes (axes z,y,x).
+    Import(import::Args),
+    /// Lists the variables (names, dtypes, shapes) of a checkpoint: ffn-rs .safetensors or TF model.ckpt-N.
+    Inspect(inspect::Args),
 }
 
 /// Runs one subcommand.
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Launch(args) => launch::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::CommSelftest(args) => comm_selftest::run(args),
         Command::Selfcheck(args) => selfcheck::run(args),
+        Command::Synth(args) => synth::run(args),
+        Command::Partitions(args) => partitions::run(args),
+        Command::Coordinates(args) => coordinates::run(args),
+        Command::Train(args) => train::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Import(args) => import::run(args),
+        Command::Inspect(args) => inspect::run(args),
     }
 }

@@ -81,6 +81,8 @@ impl core::fmt::Display for OptionsError {
     }
 }
 
+impl core::error::Error for OptionsError {}
+
 impl InferenceOptions {
     /// Checks that every probability lies strictly between 0 and 1.
     pub fn validate(&self) -> Result<(), OptionsError> {

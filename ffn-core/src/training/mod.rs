@@ -7,14 +7,16 @@
 //! - [`augmentation`]: reflections and axis permutations;
 //! - [`tracker`]: precision / recall / F1 / accuracy of the predicted masks;
 //! - [`schedule`]: learning-rate schedules;
-//! - [`trainer`]: batches of independent example generators and the optimisation step, with a
-//!   serialisable state for exact resume and a hook for gradient allreduce.
+//! - [`step`]: one optimisation step (network, gradient reduction hook, clipping, optimiser);
+//! - [`trainer`]: batches of independent example generators, with a serialisable state for exact
+//!   resume.
 
 pub mod augmentation;
 pub mod coordinates;
 pub mod examples;
 pub mod partitions;
 pub mod schedule;
+pub mod step;
 pub mod tracker;
 pub mod trainer;
 

@@ -1,0 +1,153 @@
+//! `ffn import`: bring image stacks and label maps into HDF5 volumes (axes z,y,x).
+//!
+//! - `ffn import stack SOURCE --output FILE.h5:DATASET`: a folder (or `*` pattern) of 8-bit grayscale
+//!   PNG slices, sorted by the number in their names, into a `uint8` volume.
+//! - `ffn import labels INPUT --output FILE.h5:DATASET`: a label volume from an HDF5 (or `.h5.gz`)
+//!   file, by default FlyEM-style: supervoxels in `stack` mapped to bodies through `transforms`.
+//!
+//! Every flag can also come from `--config FILE.toml` (same names, `-` written `_`); flags override
+//! the file (see `ffn_io::config`).
+
+use anyhow::{Context, Result};
+use ffn_io::VolumeSpec;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Arguments of `ffn import`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum What {
+    /// A folder or pattern of 2D 8-bit grayscale PNG slices (one per z) into a uint8 volume.
+    Stack(StackArgs),
+    /// A label volume (any integer type; optionally supervoxels mapped to bodies) into a volume.
+    Labels(LabelsArgs),
+}
+
+/// Arguments of `ffn import stack`.
+#[derive(clap::Args, Debug)]
+struct StackArgs {
+    /// Folder of PNG slices, or a pattern such as 'maps/iso.*.png' (quote it).
+    source: Option<String>,
+    /// Output volume, FILE.h5:DATASET (other datasets of the file are kept).
+    #[arg(long, short)]
+    output: Option<String>,
+    /// TOML file with the same settings (keys: source, output); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// `ffn import stack` settings from a config file.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct StackConfig {
+    source: Option<String>,
+    output: Option<String>,
+}
+
+/// Arguments of `ffn import labels`.
+#[derive(clap::Args, Debug)]
+struct LabelsArgs {
+    /// HDF5 file with the labels, plain or gzip-compressed (.h5.gz).
+    input: Option<PathBuf>,
+    /// Output volume, FILE.h5:DATASET; written as the smallest unsigned type that fits.
+    #[arg(long, short)]
+    output: Option<String>,
+    /// Dataset of the input that holds the (supervoxel) labels [default: stack].
+    #[arg(long)]
+    stack_dataset: Option<String>,
+    /// Dataset of the input with the (supervoxel, body) table [default: transforms].
+    #[arg(long, conflicts_with = "no_transforms")]
+    transforms: Option<String>,
+    /// Copy the labels as they are, without a supervoxel -> body table.
+    #[arg(long)]
+    no_transforms: bool,
+    /// TOML file with the same settings (keys: input, output, stack_dataset, transforms,
+    /// no_transforms); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// `ffn import labels` settings from a config file.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct LabelsConfig {
+    input: Option<PathBuf>,
+    output: Option<String>,
+    stack_dataset: Option<String>,
+    transforms: Option<String>,
+    no_transforms: Option<bool>,
+}
+
+/// A required setting: the flag, else the config key, else an error naming both.
+fn required<T>(flag: Option<T>, file: Option<T>, name: &str, key: &str, config: Option<&Path>) -> Result<T> {
+    flag.or(file).with_context(|| match config {
+        Some(c) => format!("missing {name}: give it on the command line or as `{key}` in {}", c.display()),
+        None => format!("missing {name}: give it on the command line or as `{key}` in a --config file"),
+    })
+}
+
+fn parse_spec(text: &str) -> Result<VolumeSpec> {
+    Ok(text.parse::<VolumeSpec>()?)
+}
+
+/// Runs `ffn import`.
+pub fn run(args: Args) -> Result<()> {
+    match args.what {
+        What::Stack(a) => run_stack(a),
+        What::Labels(a) => run_labels(a),
+    }
+}
+
+fn run_stack(args: StackArgs) -> Result<()> {
+    let cfg_path = args.config.as_deref();
+    let file: StackConfig = ffn_io::config::load_toml_or_default(cfg_path)?;
+    let source = required(args.source, file.source, "SOURCE (slice folder or pattern)", "source", cfg_path)?;
+    let output = parse_spec(&required(args.output, file.output, "--output FILE.h5:DATASET", "output", cfg_path)?)?;
+    let slices = ffn_io::stack::find_slices(&source)?;
+    let volume = ffn_io::stack::read_stack(&slices)?;
+    ffn_io::write_image_u8(&output, &volume)?;
+    let s = volume.shape();
+    println!(
+        "wrote {output}: uint8, shape {} x {} x {} (z,y,x) from {} slices ({} .. {})",
+        s[0],
+        s[1],
+        s[2],
+        slices.len(),
+        slices.first().map(|p| p.display().to_string()).unwrap_or_default(),
+        slices.last().and_then(|p| p.file_name()).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+    );
+    Ok(())
+}
+
+fn run_labels(args: LabelsArgs) -> Result<()> {
+    let cfg_path = args.config.as_deref();
+    let file: LabelsConfig = ffn_io::config::load_toml_or_default(cfg_path)?;
+    let input = required(args.input, file.input, "INPUT (label file)", "input", cfg_path)?;
+    let output = parse_spec(&required(args.output, file.output, "--output FILE.h5:DATASET", "output", cfg_path)?)?;
+    let stack = args.stack_dataset.or(file.stack_dataset).unwrap_or_else(|| "stack".into());
+    let no_transforms = args.no_transforms || (args.transforms.is_none() && file.no_transforms.unwrap_or(false));
+    let transforms =
+        if no_transforms { None } else { Some(args.transforms.or(file.transforms).unwrap_or_else(|| "transforms".into())) };
+    let labels = ffn_io::labels::read_flyem_labels(&input, &stack, transforms.as_deref())?;
+    ffn_io::write_labels(&output, &labels)?;
+    let s = labels.shape();
+    let dtype = ffn_io::dataset_dtype(&output)?;
+    let how = match &transforms {
+        Some(t) => format!("'{stack}' mapped through '{t}'"),
+        None => format!("'{stack}' as is"),
+    };
+    println!(
+        "wrote {output}: {dtype}, shape {} x {} x {} (z,y,x), {} objects (non-zero ids) from {} {how}",
+        s[0],
+        s[1],
+        s[2],
+        ffn_io::labels::count_objects(&labels),
+        input.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! Tiny PNG figures without a plotting library: training curves (line plots with axis ranges written
+//! in a 3x5 pixel font) and slice overlays of segmentations on the image.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+/// An RGB raster.
+pub struct Canvas {
+    w: usize,
+    h: usize,
+    px: Vec<[u8; 3]>,
+}
+
+/// 3x5 glyphs, rows top to bottom, 3 bits per row (bit 2 = left column).
+fn glyph(c: char) -> [u8; 5] {
+    match c {
+        '0' => [7, 5, 5, 5, 7],
+        '1' => [2, 6, 2, 2, 7],
+        '2' => [7, 1, 7, 4, 7],
+        '3' => [7, 1, 7, 1, 7],
+        '4' => [5, 5, 7, 1, 1],
+        '5' => [7, 4, 7, 1, 7],
+        '6' => [7, 4, 7, 5, 7],
+        '7' => [7, 1, 1, 2, 2],
+        '8' => [7, 5, 7, 5, 7],
+        '9' => [7, 5, 7, 1, 7],
+        '.' => [0, 0, 0, 0, 2],
+        '-' => [0, 0, 7, 0, 0],
+        'e' => [7, 5, 7, 4, 7],
+        'l' => [4, 4, 4, 4, 7],
+        'o' => [0, 7, 5, 5, 7],
+        's' => [7, 4, 7, 1, 7],
+        'F' => [7, 4, 6, 4, 4],
+        't' => [4, 7, 4, 4, 3],
+        'p' => [7, 5, 7, 4, 4],
+        'a' => [7, 1, 7, 5, 7],
+        'c' => [0, 7, 4, 4, 7],
+        'u' => [0, 5, 5, 5, 7],
+        'r' => [0, 7, 4, 4, 4],
+        'y' => [5, 5, 7, 1, 7],
+        _ => [0; 5],
+    }
+}
+
+impl Canvas {
+    /// A canvas filled with one colour.
+    pub fn new(w: usize, h: usize, fill: [u8; 3]) -> Self {
+        Self { w, h, px: vec![fill; w * h] }
+    }
+
+    /// Sets one pixel (ignored outside).
+    pub fn set(&mut self, x: i64, y: i64, c: [u8; 3]) {
+        if x >= 0 && y >= 0 && (x as usize) < self.w && (y as usize) < self.h {
+            self.px[y as usize * self.w + x as usize] = c;
+        }
+    }
+
+    /// A line by DDA, `thick` pixels wide.
+    pub fn line(&mut self, x0: f64, y0: f64, x1: f64, y1: f64, c: [u8; 3], thick: i64) {
+        let n = ((x1 - x0).abs().max((y1 - y0).abs()).ceil() as usize).max(1);
+        for i in 0..=n {
+            let t = i as f64 / n as f64;
+            let (x, y) = (x0 + t * (x1 - x0), y0 + t * (y1 - y0));
+            for dx in 0..thick {
+                for dy in 0..thick {
+                    self.set(x.round() as i64 + dx, y.round() as i64 + dy, c);
+                }
+            }
+        }
+    }
+
+    /// Text in the 3x5 font scaled by `scale`, top-left at (x, y).
+    pub fn text(&mut self, x: i64, y: i64, s: &str, c: [u8; 3], scale: i64) {
+        for (k, ch) in s.chars().enumerate() {
+            let g = glyph(ch);
+            for (row, bits) in g.iter().enumerate() {
+                for col in 0..3 {
+                    if bits >> (2 - col) & 1 == 1 {
+                        for a in 0..scale {
+                            for b in 0..scale {
+                                self.set(x + (k as i64 * 4 + col) * scale + a, y + row as i64 * scale + b, c);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies another canvas in at (x, y).
+    pub fn blit(&mut self, other: &Canvas, x: usize, y: usize) {
+        for j in 0..other.h {
+            for i in 0..other.w {
+                self.set((x + i) as i64, (y + j) as i64, other.px[j * other.w + i]);
+            }
+        }
+    }
+
+    /// Writes an RGB PNG.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut enc = png::Encoder::new(BufWriter::new(file), self.w as u32, self.h as u32);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut writer = enc.write_header().with_context(|| format!("writing {}", path.display()))?;
+        let data: Vec<u8> = self.px.iter().flatten().copied().collect();
+        writer.write_image_data(&data).with_context(|| format!("writing {}", path.display()))?;
+        writer.finish().with_context(|| format!("writing {}", path.display()))?;
+        Ok(())
+    }
+}
+
+/// Short number text: 3 significant digits.
+fn fmt_num(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.fract() == 0.0 && v.abs() < 1e7 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1e4 || v.abs() < 1e-2 {
+        format!("{v:.1e}")
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// One panel: a series of (x, y) points drawn in `color` inside a frame, with min/max labels.
+fn panel(title: &str, points: &[(f64, f64)], color: [u8; 3], y_range: Option<(f64, f64)>) -> Canvas {
+    let (w, h) = (640usize, 260usize);
+    let (left, right, top, bottom) = (70.0, 20.0, 30.0, 30.0);
+    let mut c = Canvas::new(w, h, [255, 255, 255]);
+    let (pw, ph) = (w as f64 - left - right, h as f64 - top - bottom);
+    let frame = [90, 90, 90];
+    c.line(left, top, left + pw, top, frame, 1);
+    c.line(left, top + ph, left + pw, top + ph, frame, 1);
+    c.line(left, top, left, top + ph, frame, 1);
+    c.line(left + pw, top, left + pw, top + ph, frame, 1);
+    c.text(left as i64, 8, title, [0, 0, 0], 3);
+    let finite: Vec<(f64, f64)> = points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
+    if finite.is_empty() {
+        return c;
+    }
+    let (x0, x1) = finite.iter().fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.0), a.1.max(p.0)));
+    let (y0, y1) = y_range.unwrap_or_else(|| finite.iter().fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.1), a.1.max(p.1))));
+    let (xs, ys) = ((x1 - x0).max(1e-12), (y1 - y0).max(1e-12));
+    let grid = [225, 225, 225];
+    for k in 1..4 {
+        let y = top + ph * k as f64 / 4.0;
+        c.line(left + 1.0, y, left + pw - 1.0, y, grid, 1);
+    }
+    let to_px = |p: (f64, f64)| (left + (p.0 - x0) / xs * pw, top + ph - (p.1 - y0) / ys * ph);
+    for pair in finite.windows(2) {
+        let (a, b) = (to_px(pair[0]), to_px(pair[1]));
+        c.line(a.0, a.1, b.0, b.1, color, 2);
+    }
+    if finite.len() == 1 {
+        let a = to_px(finite[0]);
+        c.line(a.0 - 2.0, a.1, a.0 + 2.0, a.1, color, 3);
+    }
+    let label = [60, 60, 60];
+    c.text(4, top as i64, &fmt_num(y1), label, 2);
+    c.text(4, (top + ph) as i64 - 10, &fmt_num(y0), label, 2);
+    c.text(left as i64, (top + ph) as i64 + 8, &fmt_num(x0), label, 2);
+    let xt = fmt_num(x1);
+    c.text((left + pw) as i64 - 8 * xt.len() as i64, (top + ph) as i64 + 8, &xt, label, 2);
+    c
+}
+
+/// Writes the training curve: loss (top) and F1 (bottom, 0..1) against the step.
+pub fn training_curve(path: &Path, loss: &[(f64, f64)], f1: &[(f64, f64)]) -> Result<()> {
+    let a = panel("loss", loss, [200, 40, 40], None);
+    let b = panel("F1", f1, [30, 90, 200], Some((0.0, 1.0)));
+    let mut c = Canvas::new(a.w, a.h + b.h, [255, 255, 255]);
+    c.blit(&a, 0, 0);
+    c.blit(&b, 0, a.h);
+    c.text(a.w as i64 - 90, (a.h + b.h) as i64 - 14, "step", [0, 0, 0], 2);
+    c.save(path)
+}
+
+/// A distinct colour per object id (0 gets none).
+fn colour(id: u64) -> [u8; 3] {
+    let mut h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^= h >> 29;
+    let c = [(h & 0xff) as u8, (h >> 8 & 0xff) as u8, (h >> 16 & 0xff) as u8];
+    // Keep colours bright enough to see on dark membranes.
+    c.map(|v| 64 + v / 4 * 3)
+}
+
+/// Writes panels side by side: the grey slice, then each labelling blended over it (`h x w`,
+/// row-major), each panel scaled by `zoom`.
+pub fn slice_overlays(path: &Path, w: usize, h: usize, grey: &[u8], labels: &[&[u64]], zoom: usize) -> Result<()> {
+    let zoom = zoom.max(1);
+    let (pw, ph) = (w * zoom, h * zoom);
+    let gap = 4;
+    let n = 1 + labels.len();
+    let mut c = Canvas::new(n * pw + (n - 1) * gap, ph, [255, 255, 255]);
+    for p in 0..n {
+        for y in 0..ph {
+            for x in 0..pw {
+                let i = (y / zoom) * w + x / zoom;
+                let g = grey[i];
+                let px = if p == 0 {
+                    [g, g, g]
+                } else {
+                    let id = labels[p - 1][i];
+                    if id == 0 {
+                        [g / 2, g / 2, g / 2]
+                    } else {
+                        let col = colour(id);
+                        [0, 1, 2].map(|k| ((col[k] as u16 + g as u16) / 2) as u8)
+                    }
+                };
+                c.set((p * (pw + gap) + x) as i64, y as i64, px);
+            }
+        }
+    }
+    c.save(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pngs_are_written_with_the_expected_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("curve.png");
+        training_curve(&p, &[(0.0, 0.7), (10.0, 0.5), (20.0, 0.3)], &[(0.0, 0.1), (20.0, 0.8)]).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG");
+        // IHDR width and height, big-endian at bytes 16..24.
+        assert_eq!(u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]), 640);
+        assert_eq!(u32::from_be_bytes([bytes[20], bytes[21], bytes[22], bytes[23]]), 520);
+        let q = dir.path().join("slice.png");
+        slice_overlays(&q, 3, 2, &[0, 50, 100, 150, 200, 250], &[&[0, 1, 1, 2, 2, 2]], 2).unwrap();
+        let bytes = std::fs::read(&q).unwrap();
+        assert_eq!(u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]), 2 * 6 + 4);
+    }
+}

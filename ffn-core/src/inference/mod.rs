@@ -1,0 +1,100 @@
+//! Flood-fill inference: the canvas that segments a volume object by object, its movement policy,
+//! seed policies and options.
+//!
+//! The network is behind the small [`Predictor`] trait, so that the canvas runs with the real
+//! `convstack_3d` network, with another model, or with an oracle in tests. Nothing here touches files
+//! or threads; the `ffn infer` command adds those.
+//!
+//! Coordinates are `[z, y, x]` throughout.
+
+mod canvas;
+pub mod movement;
+pub mod options;
+pub mod seeds;
+
+#[cfg(test)]
+mod tests;
+
+pub use canvas::{Canvas, Counters, Origin, SeedOutcome, quantize_probability};
+pub use movement::FaceMaxPolicy;
+pub use options::{InferenceOptions, Logits, logit, sigmoid};
+
+use alloc::string::String;
+use core::fmt;
+
+/// A model that predicts object-mask logits for one field of view.
+///
+/// Patches are `[z][y][x]` flattened, of the predictor's FOV size. The prediction is the new mask
+/// (logits), not an update: for `convstack_3d` it is the seed plus the network's output.
+pub trait Predictor {
+    /// The field of view `[z, y, x]`.
+    fn fov(&self) -> [usize; 3];
+
+    /// Writes the predicted logits for one FOV into `out`.
+    fn predict(&mut self, image: &[f32], seed: &[f32], out: &mut [f32]);
+
+    /// `batch` FOVs at once (each slice holds them back to back). The default loops over
+    /// [`Predictor::predict`]; batched models override it.
+    fn predict_batch(&mut self, image: &[f32], seed: &[f32], batch: usize, out: &mut [f32]) {
+        let n = self.fov().iter().product::<usize>();
+        for b in 0..batch {
+            let r = b * n..(b + 1) * n;
+            self.predict(&image[r.clone()], &seed[r.clone()], &mut out[r]);
+        }
+    }
+}
+
+impl<P: Predictor + ?Sized> Predictor for &mut P {
+    fn fov(&self) -> [usize; 3] {
+        (**self).fov()
+    }
+    fn predict(&mut self, image: &[f32], seed: &[f32], out: &mut [f32]) {
+        (**self).predict(image, seed, out)
+    }
+    fn predict_batch(&mut self, image: &[f32], seed: &[f32], batch: usize, out: &mut [f32]) {
+        (**self).predict_batch(image, seed, batch, out)
+    }
+}
+
+/// Errors of inference set-up and runs.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum InferenceError {
+    /// A buffer has the wrong number of elements.
+    Shape {
+        /// What the buffer is.
+        what: &'static str,
+        /// Elements expected.
+        expected: usize,
+        /// Elements found.
+        actual: usize,
+    },
+    /// FOV, deltas or volume geometry do not fit (the message names the field).
+    Geometry(String),
+    /// Invalid options.
+    Options(options::OptionsError),
+    /// Segment ids ran out (more than 2^32 - 2 segments).
+    TooManySegments,
+}
+
+impl fmt::Display for InferenceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Shape { what, expected, actual } => {
+                write!(f, "{what}: expected {expected} values, found {actual}")
+            }
+            Self::Geometry(m) => write!(f, "{m}"),
+            Self::Options(e) => write!(f, "{e}"),
+            Self::TooManySegments => write!(f, "too many segments: ids ran out (2^32 - 2)"),
+        }
+    }
+}
+
+impl core::error::Error for InferenceError {}
+
+/// Image normalisation of google/ffn requests: `(x - mean) / stddev`, in `f32`.
+pub fn normalize_image(raw: &[f32], mean: f32, stddev: f32, out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(raw) {
+        *o = (v - mean) / stddev;
+    }
+}

@@ -1,0 +1,376 @@
+//! The FFN `convstack_3d` network: forward pass, loss and backward pass into one flat gradient.
+//!
+//! ```text
+//! x = concat(image, seed)                          2 channels
+//! h = relu(conv0_a(x)); x = conv0_b(h)             3x3x3, features F
+//! repeat depth - 1 times:                          residual modules
+//!     x = x + conv_b(relu(conv_a(relu(x))))
+//! logits = seed + conv_lom(relu(x))                1x1x1, one channel
+//! ```
+//!
+//! # Shapes
+//! `image`, `seed`, `labels`, `out`/`logits`: `batch` FOVs, each `[z][y][x]` contiguous (FOV from the
+//! config). Parameters and gradients: one flat buffer in [`crate::model_spec`] order, weights
+//! `[kz, ky, kx, in, out]`. Internally every activation is a zero-bordered channels-last buffer
+//! ([`crate::tensor::Padded`], border 1) owned by the network and reused between calls: after the
+//! first call with a given batch size nothing is allocated.
+
+use crate::conv::{Conv3dParams, fast};
+use crate::error::CoreError;
+use crate::layers;
+use crate::loss;
+use crate::model_spec::ModelConfig;
+use crate::rng::Rng;
+use crate::tensor::Padded;
+use alloc::format;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// One conv layer: sizes and where its parameters live.
+#[derive(Clone, Copy, Debug)]
+struct Layer {
+    kernel: usize,
+    cin: usize,
+    cout: usize,
+    /// Offset of the weights; the biases follow them.
+    offset: usize,
+}
+
+impl Layer {
+    fn wlen(&self) -> usize {
+        self.kernel.pow(3) * self.cin * self.cout
+    }
+    fn conv(&self, batch: usize, fov: [usize; 3]) -> Conv3dParams {
+        Conv3dParams { batch, size: fov, kernel: self.kernel, in_channels: self.cin, out_channels: self.cout }
+    }
+}
+
+/// Buffers of one batch size. With `train`, every activation the backward pass needs is kept;
+/// otherwise buffers are recycled layer after layer.
+struct Workspace {
+    batch: usize,
+    train: bool,
+    geom: Padded,
+    input: Vec<f32>,
+    h: Vec<f32>,
+    xs: Vec<Vec<f32>>,
+    rs: Vec<Vec<f32>>,
+    us: Vec<Vec<f32>>,
+    lom: Vec<f32>,
+    /// Backward only: gradient buffers, flipped weights, per-thread weight-gradient partials.
+    gx: Vec<f32>,
+    ga: Vec<f32>,
+    gb: Vec<f32>,
+    glogits: Vec<f32>,
+    glom: Vec<f32>,
+    flipped: Vec<f32>,
+    partials: Vec<f32>,
+}
+
+impl Workspace {
+    fn new(cfg: &ModelConfig, batch: usize, train: bool, max_wlen: usize) -> Self {
+        let geom = Padded::new(batch, cfg.fov, 1);
+        let f = cfg.features;
+        let d = cfg.depth;
+        let act = || vec![0.0f32; geom.len(f)];
+        let (nx, nr, nu) = if train { (d, d, d - 1) } else { (2, 1, 1) };
+        let g = |n: usize| if train { vec![0.0f32; n] } else { Vec::new() };
+        Self {
+            batch,
+            train,
+            geom,
+            input: vec![0.0; geom.len(2)],
+            h: act(),
+            xs: (0..nx).map(|_| act()).collect(),
+            rs: (0..nr).map(|_| act()).collect(),
+            us: (0..nu).map(|_| act()).collect(),
+            lom: vec![0.0; geom.len(1)],
+            gx: g(geom.len(f)),
+            ga: g(geom.len(f)),
+            gb: g(geom.len(f)),
+            glogits: g(geom.interior_voxels()),
+            glom: g(geom.len(1)),
+            flipped: g(max_wlen),
+            partials: Vec::new(),
+        }
+    }
+}
+
+/// `(&v[read], &mut v[write])` for two different indices.
+fn pair(v: &mut [Vec<f32>], read: usize, write: usize) -> (&[f32], &mut [f32]) {
+    assert_ne!(read, write);
+    if read < write {
+        let (a, b) = v.split_at_mut(write);
+        (&a[read], &mut b[0])
+    } else {
+        let (a, b) = v.split_at_mut(read);
+        (&b[0], &mut a[write])
+    }
+}
+
+/// The `convstack_3d` network with its parameters and reusable buffers.
+pub struct ConvStack3d {
+    cfg: ModelConfig,
+    params: Vec<f32>,
+    layers: Vec<Layer>,
+    ws: Option<Workspace>,
+}
+
+impl core::fmt::Debug for ConvStack3d {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ConvStack3d")
+            .field("cfg", &self.cfg)
+            .field("num_params", &self.params.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConvStack3d {
+    /// A network with truncated-normal weights (stddev `init_stddev`, redrawn beyond two
+    /// stddevs) and zero biases, drawn from `rng` in parameter order: one seed, one network.
+    ///
+    /// # Panics
+    /// When `cfg` is invalid ([`ModelConfig::validate`]); use [`ConvStack3d::from_params`] for
+    /// configurations that come from users.
+    pub fn new(cfg: ModelConfig, init_stddev: f32, rng: &mut Rng) -> Self {
+        if let Err(e) = cfg.validate() {
+            panic!("ConvStack3d::new: {e}");
+        }
+        let mut params = vec![0.0f32; cfg.num_params()];
+        for spec in cfg.param_specs() {
+            if spec.shape.len() == 5 {
+                for p in &mut params[spec.offset..spec.offset + spec.len()] {
+                    *p = rng.truncated_normal(init_stddev as f64) as f32;
+                }
+            }
+        }
+        Self::build(cfg, params)
+    }
+
+    /// A network with the given flat parameters (model_spec order).
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidConfig`] for an invalid `cfg`; [`CoreError::LengthMismatch`] when
+    /// `params` does not have `cfg.num_params()` values.
+    pub fn from_params(cfg: ModelConfig, params: Vec<f32>) -> Result<Self, CoreError> {
+        cfg.validate().map_err(CoreError::InvalidConfig)?;
+        let expected = cfg.num_params();
+        if params.len() != expected {
+            return Err(CoreError::LengthMismatch {
+                what: format!(
+                    "parameters of a convstack_3d (depth {}, {} features)",
+                    cfg.depth, cfg.features
+                ),
+                expected,
+                actual: params.len(),
+            });
+        }
+        Ok(Self::build(cfg, params))
+    }
+
+    fn build(cfg: ModelConfig, params: Vec<f32>) -> Self {
+        let mut layers = Vec::new();
+        let mut offset = 0;
+        for l in cfg.conv_layers() {
+            let layer = Layer { kernel: l.kernel, cin: l.in_channels, cout: l.out_channels, offset };
+            offset += layer.wlen() + layer.cout;
+            layers.push(layer);
+        }
+        debug_assert_eq!(offset, params.len());
+        Self { cfg, params, layers, ws: None }
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The flat parameters, model_spec order.
+    pub fn params(&self) -> &[f32] {
+        &self.params
+    }
+
+    /// The flat parameters, for optimisers and for loading weights.
+    pub fn params_mut(&mut self) -> &mut [f32] {
+        &mut self.params
+    }
+
+    /// Voxels of one FOV.
+    pub fn fov_voxels(&self) -> usize {
+        self.cfg.fov.iter().product()
+    }
+
+    /// Frees the activation buffers (they are allocated again by the next call).
+    pub fn release_buffers(&mut self) {
+        self.ws = None;
+    }
+
+    fn workspace(&mut self, batch: usize, train: bool) -> Workspace {
+        match self.ws.take() {
+            Some(ws) if ws.batch == batch && (ws.train || !train) => ws,
+            _ => {
+                self.ws = None; // free the old buffers before allocating new ones
+                let max_wlen = self.layers.iter().map(Layer::wlen).max().unwrap_or(0);
+                Workspace::new(&self.cfg, batch, train, max_wlen)
+            }
+        }
+    }
+
+    fn check_len(&self, what: &str, len: usize, batch: usize) {
+        let want = batch * self.fov_voxels();
+        assert_eq!(len, want, "ConvStack3d: {what} has {len} values, expected batch {batch} x FOV");
+    }
+
+    /// Forward pass: `out = seed + update(image, seed)`, logits of `batch` FOVs.
+    ///
+    /// # Panics
+    /// When a buffer does not hold `batch` FOVs.
+    pub fn forward(&mut self, image: &[f32], seed: &[f32], batch: usize, out: &mut [f32]) {
+        self.check_len("image", image.len(), batch);
+        self.check_len("seed", seed.len(), batch);
+        self.check_len("out", out.len(), batch);
+        let mut ws = self.workspace(batch, false);
+        self.forward_ws(&mut ws, image, seed, out);
+        self.ws = Some(ws);
+    }
+
+    fn forward_ws(&self, ws: &mut Workspace, image: &[f32], seed: &[f32], out: &mut [f32]) {
+        let g = ws.geom;
+        let (batch, fov, d) = (ws.batch, self.cfg.fov, self.cfg.depth);
+        let p = &self.params;
+        let wb = |l: &Layer| (&p[l.offset..l.offset + l.wlen()], &p[l.offset + l.wlen()..][..l.cout]);
+        layers::concat2_padded(&g, image, seed, &mut ws.input);
+        let l = &self.layers[0];
+        let (w, b) = wb(l);
+        fast::forward(&l.conv(batch, fov), &g, &ws.input, w, b, true, &mut ws.h);
+        let l = &self.layers[1];
+        let (w, b) = wb(l);
+        fast::forward(&l.conv(batch, fov), &g, &ws.h, w, b, false, &mut ws.xs[0]);
+        let (nx, nr, nu) = (ws.xs.len(), ws.rs.len(), ws.us.len());
+        for m in 1..d {
+            let (xi, ri, ui) = ((m - 1) % nx, (m - 1) % nr, (m - 1) % nu);
+            layers::relu(&ws.xs[xi], &mut ws.rs[ri]);
+            let la = &self.layers[2 * m];
+            let (w, b) = wb(la);
+            fast::forward(&la.conv(batch, fov), &g, &ws.rs[ri], w, b, true, &mut ws.us[ui]);
+            let lb = &self.layers[2 * m + 1];
+            let (w, b) = wb(lb);
+            let (prev, next) = pair(&mut ws.xs, xi, m % nx);
+            fast::forward(&lb.conv(batch, fov), &g, &ws.us[ui], w, b, false, next);
+            layers::add_assign(next, prev);
+        }
+        let rl = (d - 1) % nr;
+        layers::relu(&ws.xs[(d - 1) % nx], &mut ws.rs[rl]);
+        let l = &self.layers[2 * d];
+        let (w, b) = wb(l);
+        fast::forward(&l.conv(batch, fov), &g, &ws.rs[rl], w, b, false, &mut ws.lom);
+        g.unpad_into(&ws.lom, 1, out);
+        out.iter_mut().zip(seed).for_each(|(o, s)| *o += s);
+    }
+
+    /// Forward pass, mean sigmoid cross-entropy against soft `labels`, and backward pass.
+    ///
+    /// Writes the logits (`seed + update`) into `logits` and the gradient of the mean loss with
+    /// respect to every parameter into `grads` (overwritten, model_spec order). Returns the mean
+    /// loss over all voxels of the batch.
+    ///
+    /// # Panics
+    /// When a buffer does not hold `batch` FOVs or `grads` is not as long as the parameters.
+    pub fn forward_backward(
+        &mut self,
+        image: &[f32],
+        seed: &[f32],
+        labels: &[f32],
+        batch: usize,
+        logits: &mut [f32],
+        grads: &mut [f32],
+    ) -> f32 {
+        self.check_len("image", image.len(), batch);
+        self.check_len("seed", seed.len(), batch);
+        self.check_len("labels", labels.len(), batch);
+        self.check_len("logits", logits.len(), batch);
+        assert_eq!(grads.len(), self.params.len(), "ConvStack3d: grads length");
+        let mut ws = self.workspace(batch, true);
+        self.forward_ws(&mut ws, image, seed, logits);
+        let loss = loss::sigmoid_ce_mean_grad(logits, labels, &mut ws.glogits);
+        self.backward_ws(&mut ws, grads);
+        self.ws = Some(ws);
+        loss
+    }
+
+    /// Backward of one conv layer: weight gradient, and the input gradient into `gin` if given.
+    fn conv_backward(
+        &self,
+        ws_parts: (&mut Vec<f32>, &mut Vec<f32>),
+        l: &Layer,
+        g: &Padded,
+        input: &[f32],
+        gout: &[f32],
+        gin: Option<&mut [f32]>,
+        grads: &mut [f32],
+    ) {
+        let (flipped, partials) = ws_parts;
+        let p = l.conv(g.batch, g.size);
+        let (gw, rest) = grads[l.offset..].split_at_mut(l.wlen());
+        fast::backward_weights(&p, g, input, gout, gw, &mut rest[..l.cout], partials);
+        if let Some(gin) = gin {
+            let w = &self.params[l.offset..l.offset + l.wlen()];
+            let f = &mut flipped[..l.wlen()];
+            fast::flip_weights(&p, w, f);
+            fast::backward_input(&p, g, gout, f, gin);
+        }
+    }
+
+    fn backward_ws(&self, ws: &mut Workspace, grads: &mut [f32]) {
+        let g = ws.geom;
+        let d = self.cfg.depth;
+        g.pad_from(&ws.glogits, 1, &mut ws.glom);
+        // conv_lom, then the final ReLU.
+        let parts = (&mut ws.flipped, &mut ws.partials);
+        self.conv_backward(parts, &self.layers[2 * d], &g, &ws.rs[d - 1], &ws.glom, Some(&mut ws.gx), grads);
+        layers::relu_backward(&ws.xs[d - 1], &mut ws.gx);
+        for m in (1..d).rev() {
+            let parts = (&mut ws.flipped, &mut ws.partials);
+            let lb = &self.layers[2 * m + 1];
+            self.conv_backward(parts, lb, &g, &ws.us[m - 1], &ws.gx, Some(&mut ws.ga), grads);
+            layers::relu_backward(&ws.us[m - 1], &mut ws.ga);
+            let parts = (&mut ws.flipped, &mut ws.partials);
+            let la = &self.layers[2 * m];
+            self.conv_backward(parts, la, &g, &ws.rs[m - 1], &ws.ga, Some(&mut ws.gb), grads);
+            layers::add_relu_backward(&mut ws.gx, &ws.gb, &ws.xs[m - 1]);
+        }
+        let parts = (&mut ws.flipped, &mut ws.partials);
+        self.conv_backward(parts, &self.layers[1], &g, &ws.h, &ws.gx, Some(&mut ws.ga), grads);
+        layers::relu_backward(&ws.h, &mut ws.ga);
+        let parts = (&mut ws.flipped, &mut ws.partials);
+        self.conv_backward(parts, &self.layers[0], &g, &ws.input, &ws.ga, None, grads);
+    }
+}
+
+/// Analytic FLOP counts (2 per multiply-add) of one FOV, the convention of the PyTorch peer's
+/// `analytic_flops`: every conv with the full kernel at every voxel (zero-padded taps counted);
+/// training = forward + weight gradients of every conv + input gradients of all but the first.
+/// Element-wise work is not counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flops {
+    /// Forward pass of one FOV.
+    pub forward: u64,
+    /// Training step (forward + backward) of one example.
+    pub train: u64,
+}
+
+/// FLOPs of `cfg` per FOV, see [`Flops`].
+pub fn analytic_flops(cfg: &ModelConfig) -> Flops {
+    let v: u64 = cfg.fov.iter().map(|&s| s as u64).product();
+    let f = cfg.features as u64;
+    let first = v * 27 * 2 * f;
+    let n_ff = 1 + 2 * (cfg.depth as u64 - 1);
+    let mid = v * 27 * f * f * n_ff;
+    let lom = v * f;
+    let fwd = first + mid + lom;
+    let bwd = fwd + mid + lom;
+    Flops { forward: 2 * fwd, train: 2 * (fwd + bwd) }
+}
+
+#[cfg(test)]
+mod tests;

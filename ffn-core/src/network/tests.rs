@@ -1,0 +1,227 @@
+//! Network tests: init, parameter checks, a plain-layout reference composition, buffer reuse and a
+//! finite-difference check of the whole network.
+
+use super::*;
+use crate::conv::reference;
+use crate::testutil::{assert_close, seed, uniform};
+
+fn tiny() -> ModelConfig {
+    ModelConfig { depth: 3, features: 3, fov: [3, 5, 3], deltas: [1, 1, 1] }
+}
+
+fn inputs(rng: &mut Rng, n: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let image = uniform(rng, n);
+    let seed: Vec<f32> = uniform(rng, n).iter().map(|v| v * 3.0).collect();
+    let labels: Vec<f32> = (0..n).map(|_| if rng.next_f32() > 0.5 { 0.95 } else { 0.05 }).collect();
+    (image, seed, labels)
+}
+
+/// The network composed from the reference conv on the plain layout.
+fn reference_forward(net: &ConvStack3d, image: &[f32], seed: &[f32], batch: usize) -> Vec<f32> {
+    let cfg = *net.config();
+    let p = net.params();
+    let conv = |li: usize, x: &[f32]| {
+        let l = net.layers[li];
+        let c = l.conv(batch, cfg.fov);
+        let mut out = vec![0.0; c.output_len()];
+        reference::forward(&c, x, &p[l.offset..][..l.wlen()], &p[l.offset + l.wlen()..][..l.cout], &mut out);
+        out
+    };
+    let relu = |x: &[f32]| x.iter().map(|v| v.max(0.0)).collect::<Vec<f32>>();
+    let mut input = vec![0.0; 2 * image.len()];
+    layers::concat2(image, seed, &mut input);
+    let mut x = conv(1, &relu(&conv(0, &input)));
+    for m in 1..cfg.depth {
+        let y = conv(2 * m + 1, &relu(&conv(2 * m, &relu(&x))));
+        x.iter_mut().zip(&y).for_each(|(x, y)| *x += y);
+    }
+    let mut out = conv(2 * cfg.depth, &relu(&x));
+    out.iter_mut().zip(seed).for_each(|(o, s)| *o += s);
+    out
+}
+
+#[test]
+fn init_is_seeded_truncated_normal_with_zero_biases() {
+    let cfg = tiny();
+    let a = ConvStack3d::new(cfg, 0.01, &mut Rng::new(1));
+    let b = ConvStack3d::new(cfg, 0.01, &mut Rng::new(1));
+    let c = ConvStack3d::new(cfg, 0.01, &mut Rng::new(2));
+    assert_eq!(a.params(), b.params());
+    assert_ne!(a.params(), c.params());
+    assert_eq!(a.params().len(), cfg.num_params());
+    for spec in cfg.param_specs() {
+        let v = &a.params()[spec.offset..spec.offset + spec.len()];
+        if spec.name.ends_with("biases") {
+            assert!(v.iter().all(|x| *x == 0.0), "{}", spec.name);
+        } else {
+            assert!(v.iter().all(|x| x.abs() <= 0.02 && *x != 0.0), "{}", spec.name);
+        }
+    }
+}
+
+#[test]
+fn from_params_checks_length_and_config() {
+    let cfg = tiny();
+    let err = ConvStack3d::from_params(cfg, vec![0.0; 5]).unwrap_err();
+    assert!(matches!(err, CoreError::LengthMismatch { expected, actual: 5, .. } if expected == cfg.num_params()));
+    let bad = ModelConfig { fov: [4, 5, 3], ..cfg };
+    let err = ConvStack3d::from_params(bad, vec![0.0; cfg.num_params()]).unwrap_err();
+    assert!(alloc::format!("{err}").contains("model.fov"));
+    assert!(ConvStack3d::from_params(cfg, vec![0.0; cfg.num_params()]).is_ok());
+}
+
+#[test]
+fn forward_matches_reference_composition_and_buffers_are_reused_safely() {
+    let cfg = tiny();
+    let mut rng = Rng::new(seed(21));
+    let mut net = ConvStack3d::new(cfg, 0.3, &mut rng);
+    let n = net.fov_voxels();
+    for batch in [2, 1, 2] {
+        let (image, seedv, labels) = inputs(&mut rng, batch * n);
+        let want = reference_forward(&net, &image, &seedv, batch);
+        let mut out = vec![0.0; batch * n];
+        net.forward(&image, &seedv, batch, &mut out);
+        assert_close("forward", &out, &want, 1e-5, 1e-5);
+        let mut logits = vec![0.0; batch * n];
+        let mut grads = vec![0.0; net.params().len()];
+        let l = net.forward_backward(&image, &seedv, &labels, batch, &mut logits, &mut grads);
+        assert_close("forward_backward logits", &logits, &want, 1e-5, 1e-5);
+        assert!((l - loss::sigmoid_ce_mean(&want, &labels)).abs() < 1e-6);
+        // Inference after training reuses the training buffers and still agrees.
+        net.forward(&image, &seedv, batch, &mut out);
+        assert_close("forward after training", &out, &want, 1e-5, 1e-5);
+    }
+}
+
+#[test]
+fn whole_network_gradient_matches_finite_differences() {
+    let cfg = ModelConfig { depth: 2, features: 3, fov: [3, 3, 5], deltas: [1, 1, 1] };
+    let mut rng = Rng::new(seed(8));
+    let mut net = ConvStack3d::new(cfg, 0.15, &mut rng);
+    // Non-zero biases so that their gradients are exercised at a generic point.
+    let specs = cfg.param_specs();
+    for s in specs.iter().filter(|s| s.name.ends_with("biases")) {
+        for v in &mut net.params_mut()[s.offset..s.offset + s.len()] {
+            *v = rng.next_f32() * 0.2 - 0.1;
+        }
+    }
+    let batch = 2;
+    let n = batch * net.fov_voxels();
+    let (image, seedv, labels) = inputs(&mut rng, n);
+    let mut logits = vec![0.0; n];
+    let mut grads = vec![0.0; net.params().len()];
+    net.forward_backward(&image, &seedv, &labels, batch, &mut logits, &mut grads);
+    let scale = grads.iter().fold(0f32, |m, g| m.max(g.abs()));
+    assert!(scale > 1e-3, "gradients too small to test: {scale}");
+    // Small steps: larger ones cross many ReLU kinks and measure curvature, not the gradient.
+    let eps = 1e-3f32;
+    let mut bad = Vec::new();
+    for i in 0..grads.len() {
+        let loss_at = |net: &mut ConvStack3d, v: f32| {
+            net.params_mut()[i] = v;
+            let mut out = vec![0.0; n];
+            net.forward(&image, &seedv, batch, &mut out);
+            out.iter().zip(&labels).map(|(x, z)| loss::sigmoid_ce(*x, *z)).sum::<f64>() / n as f64
+        };
+        let orig = net.params()[i];
+        let fd = (loss_at(&mut net, orig + eps) - loss_at(&mut net, orig - eps)) / (2.0 * eps as f64);
+        net.params_mut()[i] = orig;
+        let err = (fd - grads[i] as f64).abs();
+        if err > 1e-3 * scale as f64 + 2e-2 * (grads[i] as f64).abs() {
+            bad.push((i, fd, grads[i]));
+        }
+    }
+    // A finite difference can straddle a ReLU kink; allow a handful of such parameters, no more.
+    assert!(bad.len() * 100 <= grads.len(), "{} of {} gradients off: {:?}", bad.len(), grads.len(), &bad[..bad.len().min(10)]);
+}
+
+#[test]
+fn analytic_flops_match_published_figures() {
+    // perf-targets.md: depth 9 forward 33.9 GFLOP, training 101.6; depth 12: 45.8 and 137.4.
+    let f9 = analytic_flops(&ModelConfig::default());
+    let r = |x: u64| (x + 50_000_000) / 100_000_000;
+    assert_eq!((r(f9.forward), r(f9.train)), (339, 1016));
+    let f12 = analytic_flops(&ModelConfig { depth: 12, ..ModelConfig::default() });
+    assert_eq!((r(f12.forward), r(f12.train)), (458, 1374));
+}
+
+/// Gradients of the network composed from the reference conv kernels (plain layout).
+fn reference_grads(net: &ConvStack3d, image: &[f32], seed: &[f32], labels: &[f32], batch: usize) -> Vec<f32> {
+    let cfg = *net.config();
+    let p = net.params();
+    let d = cfg.depth;
+    let conv = |li: usize, x: &[f32]| {
+        let l = net.layers[li];
+        let c = l.conv(batch, cfg.fov);
+        let mut out = vec![0.0; c.output_len()];
+        reference::forward(&c, x, &p[l.offset..][..l.wlen()], &p[l.offset + l.wlen()..][..l.cout], &mut out);
+        out
+    };
+    let mut grads = vec![0.0; p.len()];
+    // Backward of layer li: fills its gradients, returns the input gradient.
+    let mut back = |li: usize, x: &[f32], gout: &[f32]| {
+        let l = net.layers[li];
+        let c = l.conv(batch, cfg.fov);
+        let (gw, rest) = grads[l.offset..].split_at_mut(l.wlen());
+        reference::backward_weights(&c, x, gout, gw, &mut rest[..l.cout]);
+        let mut gin = vec![0.0; c.input_len()];
+        reference::backward_input(&c, gout, &p[l.offset..][..l.wlen()], &mut gin);
+        gin
+    };
+    let relu = |x: &[f32]| x.iter().map(|v| v.max(0.0)).collect::<Vec<f32>>();
+    let mask = |g: &mut [f32], y: &[f32]| g.iter_mut().zip(y).for_each(|(g, y)| if *y <= 0.0 { *g = 0.0 });
+    let mut input = vec![0.0; 2 * image.len()];
+    layers::concat2(image, seed, &mut input);
+    let h = relu(&conv(0, &input));
+    let mut xs = vec![conv(1, &h)];
+    let mut rs = Vec::new();
+    let mut us = Vec::new();
+    for m in 1..d {
+        rs.push(relu(&xs[m - 1]));
+        us.push(relu(&conv(2 * m, &rs[m - 1])));
+        let mut x = conv(2 * m + 1, &us[m - 1]);
+        x.iter_mut().zip(&xs[m - 1]).for_each(|(x, y)| *x += y);
+        xs.push(x);
+    }
+    let rl = relu(&xs[d - 1]);
+    let mut logits = conv(2 * d, &rl);
+    logits.iter_mut().zip(seed).for_each(|(o, s)| *o += s);
+    let mut gl = vec![0.0; logits.len()];
+    loss::sigmoid_ce_mean_grad(&logits, labels, &mut gl);
+    let mut gx = back(2 * d, &rl, &gl);
+    mask(&mut gx, &xs[d - 1]);
+    for m in (1..d).rev() {
+        let mut gu = back(2 * m + 1, &us[m - 1], &gx);
+        mask(&mut gu, &us[m - 1]);
+        let gr = back(2 * m, &rs[m - 1], &gu);
+        for ((g, r), x) in gx.iter_mut().zip(&gr).zip(&xs[m - 1]) {
+            if *x > 0.0 {
+                *g += r;
+            }
+        }
+    }
+    let mut gh = back(1, &h, &gx);
+    mask(&mut gh, &h);
+    back(0, &input, &gh);
+    grads
+}
+
+#[test]
+fn backward_matches_reference_composition() {
+    let cfg = ModelConfig { depth: 3, features: 4, fov: [5, 3, 3], deltas: [1, 1, 1] };
+    let mut rng = Rng::new(seed(31));
+    let mut net = ConvStack3d::new(cfg, 0.3, &mut rng);
+    for batch in [1, 3] {
+        let n = batch * net.fov_voxels();
+        let (image, seedv, labels) = inputs(&mut rng, n);
+        let want = reference_grads(&net, &image, &seedv, &labels, batch);
+        let mut logits = vec![0.0; n];
+        let mut grads = vec![f32::NAN; net.params().len()];
+        net.forward_backward(&image, &seedv, &labels, batch, &mut logits, &mut grads);
+        let scale = want.iter().fold(0f32, |m, g| m.max(g.abs()));
+        for s in cfg.param_specs() {
+            let r = s.offset..s.offset + s.len();
+            assert_close(&s.name, &grads[r.clone()], &want[r], 1e-3, 1e-5 * scale);
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! Global segment ids from independently segmented, overlapping tiles.
+//!
+//! # The rule
+//! Every tile is segmented on its own, with tile-local ids. For every pair of tiles whose boxes
+//! intersect (face, edge or corner neighbours), the intersection box `R` is examined voxel by voxel:
+//!
+//! - `n(a, b)`: voxels of `R` labelled `a` in the first tile and `b` in the second (both non-zero);
+//! - `|a|_R`, `|b|_R`: voxels of `R` labelled `a` (first tile) and `b` (second tile).
+//!
+//! The two segments are **merged** (made one global object, through union-find) when
+//!
+//! `n(a, b) >= min_overlap` and `n(a, b) >= min_fraction * min(|a|_R, |b|_R)`.
+//!
+//! Defaults: `min_overlap = 20` voxels, `min_fraction = 0.5`. The absolute threshold ignores
+//! accidental contacts of a few voxels; the relative one asks that at least half of the smaller
+//! segment's part of the overlap agrees, so a segment that one tile split in two is joined again
+//! (each piece lies mostly inside the other tile's segment) while two objects that merely touch
+//! are not. Merges are transitive across tiles.
+//!
+//! The final volume takes every voxel from the tile whose core holds it
+//! ([`super::tiling`]), renamed to its global id; ids are then made contiguous in order of first
+//! appearance ([`super::relabel_first_appearance`]).
+
+use super::tiling::{Tile, TilePlan, intersection};
+use super::union_find::UnionFind;
+use super::{SegmentationError, prod, relabel};
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::ToString;
+use alloc::vec;
+use alloc::vec::Vec;
+
+/// When two segments meeting in a tile overlap are merged; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MergeRule {
+    /// Least number of shared voxels (default 20).
+    pub min_overlap: u64,
+    /// Least fraction of the smaller segment's voxels inside the overlap box that must be shared
+    /// (default 0.5).
+    pub min_fraction: f64,
+}
+
+impl Default for MergeRule {
+    fn default() -> Self {
+        Self { min_overlap: 20, min_fraction: 0.5 }
+    }
+}
+
+impl MergeRule {
+    /// Checks that the fraction lies in `[0, 1]`.
+    pub fn validate(&self) -> Result<(), SegmentationError> {
+        if !(0.0..=1.0).contains(&self.min_fraction) {
+            return Err(SegmentationError::InvalidParameter {
+                field: "min_fraction",
+                reason: format!("expected a number in [0, 1], found {}", self.min_fraction),
+            });
+        }
+        Ok(())
+    }
+
+    /// The rule for one pair: `shared` voxels in common, `size_a` and `size_b` voxels of each
+    /// segment inside the overlap box.
+    pub fn accepts(&self, shared: u64, size_a: u64, size_b: u64) -> bool {
+        shared > 0 && shared >= self.min_overlap && shared as f64 >= self.min_fraction * size_a.min(size_b) as f64
+    }
+}
+
+/// A tile's segmentation: `labels` holds `tile.shape` voxels, `[z][y][x]`, local ids.
+#[derive(Clone, Copy, Debug)]
+pub struct TileLabels<'a> {
+    /// Where the tile lies.
+    pub tile: Tile,
+    /// Its local segment ids.
+    pub labels: &'a [u64],
+}
+
+impl TileLabels<'_> {
+    fn check(&self) -> Result<(), SegmentationError> {
+        if self.labels.len() != self.tile.voxels() {
+            return Err(SegmentationError::LengthMismatch {
+                what: format!("labels of tile {} (shape {:?})", self.tile.index, self.tile.shape),
+                expected: self.tile.voxels(),
+                actual: self.labels.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn at(&self, p: [usize; 3]) -> u64 {
+        let t = &self.tile;
+        let l = [0, 1, 2].map(|a| p[a] - t.origin[a]);
+        self.labels[(l[0] * t.shape[1] + l[1]) * t.shape[2] + l[2]]
+    }
+}
+
+/// What one tile pair contributed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairStats {
+    /// Distinct non-zero `(a, b)` label pairs found in the overlap.
+    pub pairs: u64,
+    /// Pairs accepted by the rule.
+    pub accepted: u64,
+    /// Accepted pairs that joined two sets that were separate.
+    pub merges: u64,
+}
+
+/// Union-find over all `(tile, local id)` segments of a plan.
+#[derive(Clone, Debug)]
+pub struct Reconciler {
+    rule: MergeRule,
+    /// First union-find index of each tile's ids (`local id 1` maps to `offsets[t]`).
+    offsets: Vec<usize>,
+    max_ids: Vec<u64>,
+    uf: UnionFind,
+}
+
+impl Reconciler {
+    /// A reconciler for tiles whose local ids lie in `1..=max_ids[t]`.
+    pub fn new(max_ids: &[u64], rule: MergeRule) -> Result<Self, SegmentationError> {
+        rule.validate()?;
+        let mut offsets = Vec::with_capacity(max_ids.len());
+        let mut total = 0usize;
+        for (t, &m) in max_ids.iter().enumerate() {
+            offsets.push(total);
+            total = usize::try_from(m).ok().and_then(|m| total.checked_add(m)).ok_or_else(|| {
+                SegmentationError::InvalidParameter {
+                    field: "tile max ids",
+                    reason: format!("too many segments in total (tile {t} has max id {m})"),
+                }
+            })?;
+        }
+        Ok(Self { rule, offsets, max_ids: max_ids.to_vec(), uf: UnionFind::new(total) })
+    }
+
+    fn key(&self, tile: usize, local: u64) -> Result<Option<usize>, SegmentationError> {
+        let max = *self.max_ids.get(tile).ok_or_else(|| SegmentationError::InvalidParameter {
+            field: "tile index",
+            reason: format!("expected < {}, found {tile}", self.max_ids.len()),
+        })?;
+        if local == 0 {
+            return Ok(None);
+        }
+        if local > max {
+            return Err(SegmentationError::InvalidParameter {
+                field: "tile labels",
+                reason: format!("tile {tile}: id {local} is above the tile's max id {max}"),
+            });
+        }
+        Ok(Some(self.offsets[tile] + (local - 1) as usize))
+    }
+
+    /// Counts the label pairs of two tiles in their intersection and merges those the rule
+    /// accepts. Tiles that do not intersect contribute nothing.
+    pub fn observe(&mut self, a: &TileLabels, b: &TileLabels) -> Result<PairStats, SegmentationError> {
+        a.check()?;
+        b.check()?;
+        let Some((lo, hi)) = intersection(&a.tile, &b.tile) else {
+            return Ok(PairStats::default());
+        };
+        let mut shared: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+        let mut size_a: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut size_b: BTreeMap<u64, u64> = BTreeMap::new();
+        // Runs of equal pairs are common: count them before touching the maps.
+        let mut run: Option<((u64, u64), u64)> = None;
+        let mut flush = |run: ((u64, u64), u64), shared: &mut BTreeMap<(u64, u64), u64>| {
+            let ((la, lb), n) = run;
+            if la != 0 {
+                *size_a.entry(la).or_insert(0) += n;
+            }
+            if lb != 0 {
+                *size_b.entry(lb).or_insert(0) += n;
+            }
+            if la != 0 && lb != 0 {
+                *shared.entry((la, lb)).or_insert(0) += n;
+            }
+        };
+        for z in lo[0]..hi[0] {
+            for y in lo[1]..hi[1] {
+                for x in lo[2]..hi[2] {
+                    let pair = (a.at([z, y, x]), b.at([z, y, x]));
+                    match &mut run {
+                        Some((p, n)) if *p == pair => *n += 1,
+                        _ => {
+                            if let Some(r) = run.take() {
+                                flush(r, &mut shared);
+                            }
+                            run = Some((pair, 1));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(r) = run.take() {
+            flush(r, &mut shared);
+        }
+        let mut stats = PairStats { pairs: shared.len() as u64, ..Default::default() };
+        for (&(la, lb), &n) in &shared {
+            let (sa, sb) = (size_a.get(&la).copied().unwrap_or(0), size_b.get(&lb).copied().unwrap_or(0));
+            if self.rule.accepts(n, sa, sb) {
+                stats.accepted += 1;
+                let ka = self.key(a.tile.index, la)?;
+                let kb = self.key(b.tile.index, lb)?;
+                if let (Some(ka), Some(kb)) = (ka, kb)
+                    && self.uf.union(ka, kb)
+                {
+                    stats.merges += 1;
+                }
+            }
+        }
+        // Ids above the max that were not in any accepted pair are reported too.
+        for &la in size_a.keys() {
+            self.key(a.tile.index, la)?;
+        }
+        for &lb in size_b.keys() {
+            self.key(b.tile.index, lb)?;
+        }
+        Ok(stats)
+    }
+
+    /// The global id of a tile's local id (0 for 0): one more than the smallest union-find index
+    /// of its set, so it does not depend on the order in which pairs were observed.
+    pub fn global_id(&mut self, tile: usize, local: u64) -> Result<u64, SegmentationError> {
+        Ok(match self.key(tile, local)? {
+            None => 0,
+            Some(k) => self.uf.min_member(k) as u64 + 1,
+        })
+    }
+
+    /// Writes the tile's core voxels, renamed to global ids, into `out` (the whole volume of
+    /// `volume_shape`, `[z][y][x]`).
+    pub fn paint_core(
+        &mut self,
+        t: &TileLabels,
+        volume_shape: [usize; 3],
+        out: &mut [u64],
+    ) -> Result<(), SegmentationError> {
+        t.check()?;
+        if out.len() != prod(volume_shape) {
+            return Err(SegmentationError::LengthMismatch {
+                what: "reconciled volume".to_string(),
+                expected: prod(volume_shape),
+                actual: out.len(),
+            });
+        }
+        let (lo, hi) = (t.tile.core_lo, t.tile.core_hi);
+        if (0..3).any(|a| hi[a] > volume_shape[a]) {
+            return Err(SegmentationError::InvalidParameter {
+                field: "tile core",
+                reason: format!("tile {} core ends at {hi:?}, outside the volume {volume_shape:?}", t.tile.index),
+            });
+        }
+        let mut last: Option<(u64, u64)> = None;
+        for z in lo[0]..hi[0] {
+            for y in lo[1]..hi[1] {
+                let row = (z * volume_shape[1] + y) * volume_shape[2];
+                for x in lo[2]..hi[2] {
+                    let local = t.at([z, y, x]);
+                    let g = match last {
+                        Some((l, g)) if l == local => g,
+                        _ => {
+                            let g = self.global_id(t.tile.index, local)?;
+                            last = Some((local, g));
+                            g
+                        }
+                    };
+                    out[row + x] = g;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Totals of a reconciliation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReconcileSummary {
+    /// Tile pairs examined.
+    pub tile_pairs: u64,
+    /// Sum of [`PairStats`] over all pairs.
+    pub pairs: PairStats,
+    /// Tile-local segments in total.
+    pub local_segments: u64,
+    /// Segments of the final volume.
+    pub segments: u64,
+}
+
+/// Reconciles tiles held in memory (`tiles[t]` = tile `t`'s labels): observes every overlapping
+/// pair, paints the cores and relabels in order of first appearance.
+pub fn reconcile_in_memory(
+    plan: &TilePlan,
+    tiles: &[Vec<u64>],
+    rule: MergeRule,
+) -> Result<(Vec<u64>, ReconcileSummary), SegmentationError> {
+    if tiles.len() != plan.len() {
+        return Err(SegmentationError::LengthMismatch {
+            what: "tiles of the plan".to_string(),
+            expected: plan.len(),
+            actual: tiles.len(),
+        });
+    }
+    let max_ids: Vec<u64> = tiles.iter().map(|t| t.iter().copied().max().unwrap_or(0)).collect();
+    let mut rec = Reconciler::new(&max_ids, rule)?;
+    let view = |i: usize| -> Result<TileLabels<'_>, SegmentationError> {
+        let tile = plan.tile(i).ok_or_else(|| SegmentationError::InvalidParameter {
+            field: "tile index",
+            reason: format!("expected < {}, found {i}", plan.len()),
+        })?;
+        Ok(TileLabels { tile, labels: &tiles[i] })
+    };
+    let mut summary = ReconcileSummary::default();
+    for (i, j) in plan.overlapping_pairs() {
+        let s = rec.observe(&view(i)?, &view(j)?)?;
+        summary.tile_pairs += 1;
+        summary.pairs.pairs += s.pairs;
+        summary.pairs.accepted += s.accepted;
+        summary.pairs.merges += s.merges;
+    }
+    let mut out = vec![0u64; prod(plan.shape())];
+    for i in 0..plan.len() {
+        rec.paint_core(&view(i)?, plan.shape(), &mut out)?;
+    }
+    summary.local_segments = tiles.iter().map(|t| relabel::segment_sizes(t).len() as u64).sum();
+    summary.segments = relabel::relabel_first_appearance(&mut out);
+    Ok((out, summary))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segmentation::relabel_first_appearance;
+    use crate::segmentation::tests::boxes;
+
+    /// Cuts a tile out of a volume, with a tile-specific renaming of the ids (as independent
+    /// segmentations of the tiles would give).
+    fn cut(vol: &[u64], shape: [usize; 3], t: &Tile, salt: u64) -> Vec<u64> {
+        let mut out = Vec::with_capacity(t.voxels());
+        for z in t.origin[0]..t.end()[0] {
+            for y in t.origin[1]..t.end()[1] {
+                for x in t.origin[2]..t.end()[2] {
+                    out.push(vol[(z * shape[1] + y) * shape[2] + x]);
+                }
+            }
+        }
+        // Rename: local ids 1..=n in a tile-dependent order (a rotation, reversed).
+        let mut ids: Vec<u64> = out.iter().copied().filter(|&v| v != 0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let n = ids.len() as u64;
+        for v in out.iter_mut() {
+            if *v != 0 {
+                let k = ids.binary_search(v).unwrap_or(0) as u64;
+                *v = (n - 1 - (k + salt) % n) + 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn perfect_tiles_reconcile_to_the_volume() {
+        let shape = [30, 34, 26];
+        let mut truth = boxes(shape, 5, 3);
+        // Some background too.
+        for (i, v) in truth.iter_mut().enumerate() {
+            if i % 97 < 5 {
+                *v = 0;
+            }
+        }
+        for (size, overlap) in [([12, 12, 12], [4, 4, 4]), ([16, 10, 26], [6, 3, 0]), ([30, 34, 26], [0, 0, 0])] {
+            let plan = TilePlan::new(shape, size, overlap).unwrap();
+            let tiles: Vec<Vec<u64>> = plan.tiles().map(|t| cut(&truth, shape, &t, t.index as u64)).collect();
+            // Overlap boxes of one voxel are thin: accept any contact for this test.
+            let rule = MergeRule { min_overlap: 1, min_fraction: 0.5 };
+            let (got, summary) = reconcile_in_memory(&plan, &tiles, rule).unwrap();
+            let mut want = truth.clone();
+            let n = relabel_first_appearance(&mut want);
+            if overlap == [0, 0, 0] && plan.len() > 1 {
+                // No overlap: nothing can be matched, objects crossing tiles stay split.
+                assert!(summary.segments > n);
+                continue;
+            }
+            assert_eq!(summary.segments, n, "{size:?} {overlap:?}");
+            assert!(got == want, "{size:?} {overlap:?}");
+        }
+    }
+
+    #[test]
+    fn the_rule_separates_touching_objects_and_joins_split_ones() {
+        // Two tiles along x, overlapping in x = 4..8 (4 columns).
+        let plan = TilePlan::new([1, 10, 12], [1, 10, 8], [0, 0, 4]).unwrap();
+        let (t0, t1) = (plan.tile(0).unwrap(), plan.tile(1).unwrap());
+        assert_eq!((t0.origin[2], t1.origin[2]), (0, 4));
+        // Tile 0: segment 1 in rows 0..5, segment 2 in rows 5..10.
+        let a: Vec<u64> = (0..80).map(|i| if i / 8 < 5 { 1 } else { 2 }).collect();
+        // Tile 1: segment 1 covers rows 0..6 (one row of 2 leaks in: 4 voxels of contact),
+        // rows 6..10 are split into segments 2 (x < 6) and 3.
+        let b: Vec<u64> = (0..80).map(|i| if i / 8 < 6 { 1 } else if i % 8 < 2 { 2 } else { 3 }).collect();
+        let rule = MergeRule { min_overlap: 5, min_fraction: 0.5 };
+        let mut rec = Reconciler::new(&[2, 3], rule).unwrap();
+        let s = rec.observe(&TileLabels { tile: t0, labels: &a }, &TileLabels { tile: t1, labels: &b }).unwrap();
+        // Pairs in the overlap: (1,1) 20 voxels, (2,1) 4, (2,2) 8, (2,3) 8.
+        assert_eq!(s.pairs, 4);
+        assert_eq!(s.accepted, 3, "{s:?}");
+        let g = |rec: &mut Reconciler, t, l| rec.global_id(t, l).unwrap();
+        assert_eq!(g(&mut rec, 0, 1), g(&mut rec, 1, 1));
+        assert_eq!(g(&mut rec, 0, 2), g(&mut rec, 1, 2));
+        assert_eq!(g(&mut rec, 0, 2), g(&mut rec, 1, 3));
+        assert_ne!(g(&mut rec, 0, 1), g(&mut rec, 0, 2));
+        assert_eq!(g(&mut rec, 1, 0), 0);
+        // With a low absolute threshold and no fraction, the 4-voxel contact merges everything.
+        let mut loose = Reconciler::new(&[2, 3], MergeRule { min_overlap: 1, min_fraction: 0.0 }).unwrap();
+        loose.observe(&TileLabels { tile: t0, labels: &a }, &TileLabels { tile: t1, labels: &b }).unwrap();
+        assert_eq!(g(&mut loose, 0, 1), g(&mut loose, 0, 2));
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let plan = TilePlan::new([1, 4, 8], [1, 4, 6], [0, 0, 4]).unwrap();
+        let t0 = plan.tile(0).unwrap();
+        let mut rec = Reconciler::new(&[1, 1], MergeRule::default()).unwrap();
+        let short = [1u64; 5];
+        let e = rec.observe(&TileLabels { tile: t0, labels: &short }, &TileLabels { tile: t0, labels: &short });
+        assert!(matches!(e, Err(SegmentationError::LengthMismatch { expected: 24, actual: 5, .. })), "{e:?}");
+        let high = [3u64; 24];
+        let e = rec.observe(&TileLabels { tile: t0, labels: &high }, &TileLabels { tile: plan.tile(1).unwrap(), labels: &high });
+        assert!(e.unwrap_err().to_string().contains("id 3 is above the tile's max id 1"));
+        let e = Reconciler::new(&[1], MergeRule { min_overlap: 1, min_fraction: 1.5 }).unwrap_err();
+        assert!(e.to_string().starts_with("min_fraction:"), "{e}");
+        assert!(reconcile_in_memory(&plan, &[vec![0; 24]], MergeRule::default()).is_err());
+    }
+}

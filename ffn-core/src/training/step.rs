@@ -1,0 +1,230 @@
+//! One optimisation step of FFN training:
+//!
+//! 1. the [`Trainer`] prepares a batch (each generator's next FOV);
+//! 2. the network computes logits, the mean loss and the flat gradient;
+//! 3. the [`GradientReducer`] combines gradient and loss across replicas (identity on one machine;
+//!    an allreduce-mean over a communicator in data-parallel training);
+//! 4. the gradient is clipped by value and the optimiser updates the parameters with the learning
+//!    rate of the schedule;
+//! 5. the logits (of the parameters before the update, as in google/ffn) are written back into the
+//!    examples' canvases.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+
+use super::TrainingError;
+use super::schedule::LrSchedule;
+use super::trainer::Trainer;
+use crate::network::ConvStack3d;
+
+/// Combines the flat gradient (and the step's mean loss) across replicas before the optimiser
+/// step. Every replica must end with the same values, e.g. the mean over replicas.
+pub trait GradientReducer {
+    /// The error of the transport.
+    type Error;
+    /// Reduces `grads` and `loss` in place.
+    fn reduce(&mut self, grads: &mut [f32], loss: &mut f32) -> Result<(), Self::Error>;
+}
+
+/// The reducer of single-replica training: leaves everything as it is.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoReduce;
+
+impl GradientReducer for NoReduce {
+    type Error = core::convert::Infallible;
+    fn reduce(&mut self, _grads: &mut [f32], _loss: &mut f32) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// Learning rate and clipping of the step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepOptions {
+    /// Learning rate as a function of the step.
+    pub schedule: LrSchedule,
+    /// Clip every gradient value to `[-c, c]` (google/ffn: 0.7 for SGD, `None` disables).
+    pub clip: Option<f32>,
+}
+
+/// Buffers reused between steps.
+#[derive(Clone, Debug)]
+pub struct StepBuffers {
+    /// The flat gradient (model_spec order).
+    pub grads: Vec<f32>,
+    /// The batch's logits.
+    pub logits: Vec<f32>,
+}
+
+impl StepBuffers {
+    /// Buffers for a network and a trainer.
+    pub fn new(net: &ConvStack3d, trainer: &Trainer) -> Self {
+        let n = trainer.config().batch_size * trainer.config().example.fov_len();
+        Self { grads: vec![0.0; net.params().len()], logits: vec![0.0; n] }
+    }
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepReport {
+    /// Mean loss of the batch (after the reduction: over all replicas).
+    pub loss: f32,
+    /// Learning rate used.
+    pub lr: f32,
+}
+
+/// Error of a step: the trainer's, or the reducer's.
+#[derive(Debug)]
+pub enum StepError<E> {
+    /// Inconsistent trainer buffers or network sizes.
+    Training(TrainingError),
+    /// The gradient reduction failed (e.g. a replica died).
+    Reduce(E),
+}
+
+impl<E: fmt::Display> fmt::Display for StepError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Training(e) => write!(f, "{e}"),
+            Self::Reduce(e) => write!(f, "gradient reduction: {e}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display> core::error::Error for StepError<E> {}
+
+/// Clips every value to `[-max_abs, max_abs]`.
+pub fn clip_values(grads: &mut [f32], max_abs: f32) {
+    for g in grads {
+        *g = g.clamp(-max_abs, max_abs);
+    }
+}
+
+/// Runs one step. `apply(params, grads, lr)` is the optimiser update.
+pub fn train_step<R: GradientReducer>(
+    trainer: &mut Trainer,
+    net: &mut ConvStack3d,
+    bufs: &mut StepBuffers,
+    opts: &StepOptions,
+    reducer: &mut R,
+    apply: impl FnOnce(&mut [f32], &[f32], f32),
+) -> Result<StepReport, StepError<R::Error>> {
+    let fov = trainer.config().example.fov_len();
+    let batch = trainer.config().batch_size;
+    if net.fov_voxels() != fov || bufs.logits.len() != batch * fov || bufs.grads.len() != net.params().len() {
+        return Err(StepError::Training(super::invalid(
+            "network",
+            alloc::format!("FOV of {fov} voxels and buffers for batch {batch}"),
+            net.config().fov,
+        )));
+    }
+    let lr = opts.schedule.at(trainer.steps());
+    trainer.prepare_batch();
+    let inp = trainer.inputs();
+    let mut loss = net.forward_backward(inp.image, inp.seed, inp.labels, inp.batch, &mut bufs.logits, &mut bufs.grads);
+    reducer.reduce(&mut bufs.grads, &mut loss).map_err(StepError::Reduce)?;
+    if let Some(c) = opts.clip {
+        clip_values(&mut bufs.grads, c);
+    }
+    apply(net.params_mut(), &bufs.grads, lr);
+    trainer.complete_batch(&bufs.logits, loss).map_err(StepError::Training)?;
+    Ok(StepReport { loss, lr })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model_spec::ModelConfig;
+    use crate::rng::Rng;
+    use crate::synth::{SynthConfig, generate};
+    use crate::training::augmentation::AugmentConfig;
+    use crate::training::coordinates::Coordinate;
+    use crate::training::examples::ExampleConfig;
+    use crate::training::trainer::{TrainerConfig, TrainingVolume};
+
+    fn setup() -> (Trainer, ConvStack3d) {
+        let v = generate(&SynthConfig { shape: [20, 20, 20], neurites: 5, ..SynthConfig::default() }).unwrap();
+        let image = v.image.mapv(|g| (g as f32 - 128.0) / 33.0);
+        let vols = vec![TrainingVolume { name: "s".into(), image, labels: v.labels }];
+        let coords: Vec<Coordinate> =
+            (5..15).flat_map(|z| (5..15).map(move |x| Coordinate { volume: 0, zyx: [z, 10, x] })).collect();
+        let mut coords = coords;
+        Rng::new(4).shuffle(&mut coords);
+        let model = ModelConfig { depth: 2, features: 4, fov: [5, 5, 5], deltas: [2, 2, 2] };
+        let ex = ExampleConfig { augment: AugmentConfig::default(), ..ExampleConfig::new(model.fov, model.deltas) };
+        let trainer = Trainer::new(TrainerConfig::new(ex, 2, 11), vols, coords).unwrap();
+        let net = ConvStack3d::new(model, 0.05, &mut Rng::new(1));
+        (trainer, net)
+    }
+
+    /// Momentum SGD with its velocity as the optimiser state.
+    fn momentum(v: &mut Vec<f32>) -> impl FnOnce(&mut [f32], &[f32], f32) + '_ {
+        move |p, g, lr| {
+            v.resize(p.len(), 0.0);
+            for i in 0..p.len() {
+                v[i] = 0.9 * v[i] + g[i];
+                p[i] -= lr * v[i];
+            }
+        }
+    }
+
+    #[test]
+    fn resumed_run_matches_uninterrupted_run_bitwise() {
+        let opts = StepOptions { schedule: LrSchedule::constant(0.01), clip: Some(0.7) };
+        let (mut t, mut net) = setup();
+        let mut bufs = StepBuffers::new(&net, &t);
+        let mut vel = Vec::new();
+        for _ in 0..12 {
+            train_step(&mut t, &mut net, &mut bufs, &opts, &mut NoReduce, momentum(&mut vel)).unwrap();
+        }
+        let (mut a, mut net_a) = setup();
+        let mut vel_a = Vec::new();
+        for _ in 0..6 {
+            train_step(&mut a, &mut net_a, &mut bufs, &opts, &mut NoReduce, momentum(&mut vel_a)).unwrap();
+        }
+        // "Checkpoint": parameters, optimiser state, trainer state; restore into fresh objects.
+        let (params, state) = (net_a.params().to_vec(), a.save_state());
+        let (mut b, _) = setup();
+        b.load_state(&state).unwrap();
+        let mut net_b = ConvStack3d::from_params(*net_a.config(), params).unwrap();
+        let mut vel_b = vel_a.clone();
+        for _ in 0..6 {
+            train_step(&mut b, &mut net_b, &mut bufs, &opts, &mut NoReduce, momentum(&mut vel_b)).unwrap();
+        }
+        assert_eq!(b.steps(), 12);
+        let bits = |p: &[f32]| p.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(net.params()), bits(net_b.params()));
+        assert_eq!(bits(&vel), bits(&vel_b));
+        assert_eq!(t.save_state(), b.save_state());
+        // And the weights did move.
+        assert_ne!(bits(net.params()), bits(setup().1.params()));
+    }
+
+    #[test]
+    fn reducer_sees_the_gradient_and_its_error_is_returned() {
+        struct Halve(usize);
+        impl GradientReducer for Halve {
+            type Error = &'static str;
+            fn reduce(&mut self, g: &mut [f32], loss: &mut f32) -> Result<(), &'static str> {
+                self.0 += 1;
+                if self.0 > 1 {
+                    return Err("peer gone");
+                }
+                g.iter_mut().for_each(|v| *v *= 0.5);
+                *loss *= 0.5;
+                Ok(())
+            }
+        }
+        let (mut t, mut net) = setup();
+        let mut bufs = StepBuffers::new(&net, &t);
+        let opts = StepOptions { schedule: LrSchedule::constant(0.01), clip: None };
+        let mut h = Halve(0);
+        let r = train_step(&mut t, &mut net, &mut bufs, &opts, &mut h, |_, _, _| {}).unwrap();
+        assert!(r.loss > 0.0 && r.lr == 0.01);
+        let e = train_step(&mut t, &mut net, &mut bufs, &opts, &mut h, |_, _, _| {}).unwrap_err();
+        assert!(alloc::format!("{e}").contains("peer gone"));
+        let mut g = vec![-2.0, 0.1, 3.0];
+        clip_values(&mut g, 0.7);
+        assert_eq!(g, [-0.7, 0.1, 0.7]);
+    }
+}

@@ -1,0 +1,217 @@
+//! Image stacks: a folder (or a `*`/`?` pattern) of 2D 8-bit grayscale PNG slices, one per z, sorted
+//! by the number in the file name (`iso.2600.png` < `iso.2601.png` < `iso.10000.png`), imported into a
+//! 3D `uint8` volume with axes z,y,x (y = PNG row, x = PNG column).
+
+use crate::error::IoError;
+use crate::volume::{VolumeSpec, write_image_u8};
+use ndarray::Array3;
+use std::fs;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+/// `*` (any run of characters) and `?` (one character) matching of a file name.
+fn wildcard_match(pattern: &[char], name: &[char]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some(('*', rest)) => (0..=name.len()).any(|i| wildcard_match(rest, &name[i..])),
+        Some(('?', rest)) => !name.is_empty() && wildcard_match(rest, &name[1..]),
+        Some((c, rest)) => name.first() == Some(c) && wildcard_match(rest, &name[1..]),
+    }
+}
+
+/// The number that orders a slice: the last run of digits in the file name (without extension).
+fn slice_number(path: &Path) -> Option<u64> {
+    let stem = path.file_stem()?.to_str()?;
+    let end = stem.rfind(|c: char| c.is_ascii_digit())? + 1;
+    let start = stem[..end].rfind(|c: char| !c.is_ascii_digit()).map_or(0, |i| i + 1);
+    stem[start..end].parse().ok()
+}
+
+/// The slice files of `source`, in z order. `source` is a folder (all its `.png` files) or a pattern
+/// whose file-name part may hold `*` and `?` (e.g. `maps/iso.*.png`). Every file must carry a number
+/// in its name, and no two the same one.
+pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
+    let err = |reason: String| IoError::Stack { source_desc: source.to_string(), reason };
+    let src = Path::new(source);
+    let (dir, pattern): (PathBuf, Vec<char>) = if src.is_dir() {
+        (src.to_path_buf(), "*.png".chars().collect())
+    } else {
+        let name = src.file_name().and_then(|n| n.to_str()).ok_or_else(|| err("no file name or pattern".into()))?;
+        if !name.contains(['*', '?']) {
+            return Err(if src.exists() {
+                err("expected a folder of PNG slices or a pattern such as 'dir/*.png', found a single file".into())
+            } else {
+                IoError::NotFound { path: src.to_path_buf() }
+            });
+        }
+        let parent = src.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        (parent.to_path_buf(), name.chars().collect())
+    };
+    let entries = fs::read_dir(&dir).map_err(|e| IoError::os(&dir, e))?;
+    let mut found: Vec<(u64, PathBuf)> = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| IoError::os(&dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let chars: Vec<char> = name.chars().collect();
+        let is_png = name.to_ascii_lowercase().ends_with(".png");
+        if !wildcard_match(&pattern, &chars) || !entry.path().is_file() || !is_png {
+            continue;
+        }
+        let path = entry.path();
+        let n = slice_number(&path)
+            .ok_or_else(|| err(format!("slice '{name}' has no number in its name to order it by")))?;
+        found.push((n, path));
+    }
+    if found.is_empty() {
+        return Err(err("no PNG slices found".into()));
+    }
+    found.sort();
+    if let Some(w) = found.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(err(format!(
+            "slices {} and {} carry the same number {}",
+            w[0].1.display(),
+            w[1].1.display(),
+            w[0].0
+        )));
+    }
+    Ok(found.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Decodes one 8-bit (or lower bit depth) grayscale PNG: `(width, height, row-major pixels)`.
+pub fn read_png_slice(path: &Path) -> Result<(u32, u32, Vec<u8>), IoError> {
+    let bad = |reason: String| IoError::Image { path: path.into(), reason };
+    let file = fs::File::open(path).map_err(|e| IoError::os(path, e))?;
+    let mut decoder = png::Decoder::new(BufReader::new(file));
+    decoder.set_transformations(png::Transformations::EXPAND);
+    let mut reader = decoder.read_info().map_err(|e| bad(format!("not a readable PNG: {e}")))?;
+    let size = reader.output_buffer_size().ok_or_else(|| bad("image too large".into()))?;
+    let mut buf = vec![0u8; size];
+    let info = reader.next_frame(&mut buf).map_err(|e| bad(format!("not a readable PNG: {e}")))?;
+    if info.color_type != png::ColorType::Grayscale || info.bit_depth != png::BitDepth::Eight {
+        return Err(bad(format!(
+            "expected an 8-bit grayscale PNG, found {:?} with {} bits per sample",
+            info.color_type, info.bit_depth as u8
+        )));
+    }
+    let (w, h) = (info.width as usize, info.height as usize);
+    let mut pixels = Vec::with_capacity(w * h);
+    for row in buf.chunks(info.line_size).take(h) {
+        pixels.extend_from_slice(&row[..w]);
+    }
+    Ok((info.width, info.height, pixels))
+}
+
+/// Reads the slices (in the given order) into a volume `[z, y, x]`; every slice must have the size
+/// of the first one.
+pub fn read_stack(paths: &[PathBuf]) -> Result<Array3<u8>, IoError> {
+    let first = paths.first().ok_or_else(|| IoError::Stack {
+        source_desc: "image stack".into(),
+        reason: "no slices given".into(),
+    })?;
+    let (w, h, pixels) = read_png_slice(first)?;
+    let (wu, hu) = (w as usize, h as usize);
+    let mut data = Vec::with_capacity(paths.len() * wu * hu);
+    data.extend_from_slice(&pixels);
+    for path in &paths[1..] {
+        let (sw, sh, pixels) = read_png_slice(path)?;
+        if (sw, sh) != (w, h) {
+            return Err(IoError::SliceSize {
+                path: path.clone(),
+                first: first.clone(),
+                expected_w: w,
+                expected_h: h,
+                found_w: sw,
+                found_h: sh,
+            });
+        }
+        data.extend_from_slice(&pixels);
+    }
+    Array3::from_shape_vec((paths.len(), hu, wu), data).map_err(|e| IoError::Stack {
+        source_desc: first.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Finds, reads and writes a slice stack to `out` (`uint8`, chunked, compressed). Returns the shape
+/// `[z, y, x]` written.
+pub fn import_stack(source: &str, out: &VolumeSpec) -> Result<[usize; 3], IoError> {
+    let paths = find_slices(source)?;
+    let volume = read_stack(&paths)?;
+    write_image_u8(out, &volume)?;
+    let s = volume.shape();
+    Ok([s[0], s[1], s[2]])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_png(path: &Path, w: u32, h: u32, color: png::ColorType, fill: impl Fn(u32, u32) -> u8) {
+        let file = fs::File::create(path).unwrap();
+        let mut enc = png::Encoder::new(std::io::BufWriter::new(file), w, h);
+        enc.set_color(color);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut writer = enc.write_header().unwrap();
+        let channels = if color == png::ColorType::Rgb { 3 } else { 1 };
+        let data: Vec<u8> = (0..h)
+            .flat_map(|y| (0..w).flat_map(move |x| std::iter::repeat_n((x, y), channels)))
+            .map(|(x, y)| fill(x, y))
+            .collect();
+        writer.write_image_data(&data).unwrap();
+    }
+
+    #[test]
+    fn numbers_and_patterns() {
+        assert_eq!(slice_number(Path::new("d/iso.2600.png")), Some(2600));
+        assert_eq!(slice_number(Path::new("s_007_v2.png")), Some(2));
+        assert_eq!(slice_number(Path::new("abc.png")), None);
+        let m = |p: &str, n: &str| wildcard_match(&p.chars().collect::<Vec<_>>(), &n.chars().collect::<Vec<_>>());
+        assert!(m("iso.*.png", "iso.12.png") && m("*.png", "a.png") && m("a?c", "abc"));
+        assert!(!m("iso.*.png", "isox12.png") && !m("a?c", "ac"));
+    }
+
+    #[test]
+    fn stack_is_sorted_numerically_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        // z = 9, 10, 100: string order would put 10 and 100 before 9.
+        for (z, n) in [(0u8, 9), (1, 10), (2, 100)] {
+            write_png(&dir.path().join(format!("s.{n}.png")), 5, 3, png::ColorType::Grayscale, |x, y| {
+                z * 100 + (y * 10 + x) as u8
+            });
+        }
+        fs::write(dir.path().join("notes.txt"), "not a slice").unwrap();
+        let out = VolumeSpec::new(dir.path().join("raw.h5"), "raw");
+        let shape = import_stack(dir.path().to_str().unwrap(), &out).unwrap();
+        assert_eq!(shape, [3, 3, 5]);
+        let v = crate::volume::read_image_u8(&out).unwrap();
+        assert_eq!(v[[0, 0, 0]], 0);
+        assert_eq!(v[[1, 2, 4]], 124);
+        assert_eq!(v[[2, 1, 3]], 213);
+        let pattern = dir.path().join("s.1*.png");
+        assert_eq!(find_slices(pattern.to_str().unwrap()).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn odd_slices_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        write_png(&dir.path().join("a1.png"), 4, 4, png::ColorType::Grayscale, |_, _| 1);
+        write_png(&dir.path().join("a2.png"), 4, 5, png::ColorType::Grayscale, |_, _| 1);
+        let src = dir.path().to_str().unwrap();
+        let e = read_stack(&find_slices(src).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("a2.png: slice of size 4x5") && e.contains("a1.png is 4x4"), "{e}");
+        write_png(&dir.path().join("a2.png"), 4, 4, png::ColorType::Rgb, |_, _| 1);
+        let e = read_stack(&find_slices(src).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("a2.png: expected an 8-bit grayscale PNG, found Rgb"), "{e}");
+        fs::write(dir.path().join("a2.png"), b"garbage").unwrap();
+        let e = read_stack(&find_slices(src).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("a2.png: not a readable PNG"), "{e}");
+        write_png(&dir.path().join("a02.png"), 4, 4, png::ColorType::Grayscale, |_, _| 1);
+        let e = find_slices(src).unwrap_err().to_string();
+        assert!(e.contains("same number 2"), "{e}");
+        let e = find_slices(dir.path().join("zz*.png").to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("no PNG slices found"), "{e}");
+        let e = find_slices(dir.path().join("missing").to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("missing: file not found"), "{e}");
+    }
+}
