@@ -11,6 +11,8 @@
 //! | `FFN_SHM_NAME` | name of the shm segment in `/dev/shm` | from `SLURM_JOB_ID` or `MASTER_PORT` |
 //! | `FFN_COMM_TIMEOUT` | seconds before a dead or stalled peer is an error | `60` |
 //! | `FFN_COMM_STALL_WARNING` | seconds before a waiting collective warns on stderr (0: never) | `20` |
+//! | `FFN_SHM_SLOT_BYTES` | bytes per rank and round of the shm allreduce (same on all ranks) | `1M` worth |
+//! | `FFN_SHM_SPIN_US` | microseconds an shm waiter spins before yielding | 1000, or 20 when oversubscribed |
 //!
 //! Everything is read through a lookup function, so tests (and embedders) need not touch the
 //! process environment.
@@ -96,6 +98,11 @@ pub struct CommOptions {
     pub job_token: String,
     /// Name of the shared-memory segment in `/dev/shm` (shm); `None` when nothing names the job.
     pub shm_name: Option<String>,
+    /// Bytes per rank and round of the shm allreduce (a multiple of 4; every rank must agree).
+    pub shm_slot_bytes: usize,
+    /// How long an shm waiter spins before it yields; `None`: 1 ms, or 20 µs when there are more
+    /// ranks than cores.
+    pub shm_spin: Option<Duration>,
 }
 
 impl Default for CommOptions {
@@ -108,6 +115,8 @@ impl Default for CommOptions {
             bind_addr: "127.0.0.1".into(),
             job_token: String::new(),
             shm_name: None,
+            shm_slot_bytes: 1 << 20,
+            shm_spin: None,
         }
     }
 }
@@ -153,6 +162,22 @@ impl CommOptions {
                 });
             }
             o.bind_addr = v.trim().to_string();
+        }
+        if let Some(v) = get("FFN_SHM_SLOT_BYTES") {
+            o.shm_slot_bytes = v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|b| *b >= 4 && b % 4 == 0 && *b <= 1 << 32)
+                .ok_or_else(|| CommError::Env {
+                    var: "FFN_SHM_SLOT_BYTES".into(),
+                    expected: "a multiple of 4 bytes in 4 ..= 2^32".into(),
+                    found: v.clone(),
+                })?;
+        }
+        if let Some(v) = get("FFN_SHM_SPIN_US") {
+            let us = parse_seconds("FFN_SHM_SPIN_US", &v, true)?;
+            o.shm_spin = Some(us / 1_000_000);
         }
         if let Some(v) = get("FFN_COMM_TOKEN") {
             o.job_token = v;

@@ -36,8 +36,6 @@ const MAGIC: u64 = 0x4646_4e53_484d_0001; // "FFNSHM", layout 1
 pub const PROTOCOL_VERSION: u64 = 1;
 const LINE: usize = 128;
 const PAGE: usize = 4096;
-/// Default slot size per rank and set: 16 MiB of f32.
-pub const DEFAULT_SLOT_FLOATS: usize = 4 << 20;
 /// Largest world size the segment layout allows.
 pub const MAX_RANKS: usize = 4096;
 
@@ -58,6 +56,13 @@ const R_PID: usize = 8;
 const R_STATE: usize = 16;
 const R_DESC: usize = 32; // two sets of (op, len, root): 48 bytes
 
+/// How long a waiter spins before it starts yielding (default).
+const SPIN_FOR: Duration = Duration::from_millis(1);
+/// The same when there are more ranks than cores: spinning would keep the late rank off the core.
+const SPIN_OVERSUBSCRIBED: Duration = Duration::from_micros(20);
+/// How long a waiter keeps yielding before it sleeps on the futex.
+const YIELD_FOR: Duration = Duration::from_millis(5);
+
 const STATE_ACTIVE: u64 = 1;
 const STATE_LEFT: u64 = 2;
 
@@ -74,6 +79,8 @@ pub struct ShmComm {
     generation: u64,
     /// Rounds done so far; the slot set of a round is `round % 2`.
     round: u64,
+    /// How long a waiter spins before yielding.
+    spin: Duration,
 }
 
 struct Segment {
@@ -137,10 +144,11 @@ fn layout(size: usize, slot_floats: usize) -> (usize, usize) {
 }
 
 impl ShmComm {
-    /// Joins the group `world` through the segment named by `opts.shm_name` with the default slot
-    /// size. Rank 0 creates the segment; the others wait for it (up to `opts.timeout`).
+    /// Joins the group `world` through the segment named by `opts.shm_name`, with slots of
+    /// `opts.shm_slot_bytes`. Rank 0 creates the segment; the others wait for it (up to
+    /// `opts.timeout`).
     pub fn connect(world: WorldInfo, opts: &CommOptions) -> Result<Self, CommError> {
-        Self::connect_with_slot(world, opts, DEFAULT_SLOT_FLOATS)
+        Self::connect_with_slot(world, opts, opts.shm_slot_bytes / 4)
     }
 
     /// [`connect`](Self::connect) with `slot_floats` f32 per rank and slot set (every rank must pass
@@ -161,7 +169,9 @@ impl ShmComm {
                 actual: slot_floats.to_string(),
             });
         }
-        let mut comm = ShmComm { world, opts: opts.clone(), seg: None, generation: 0, round: 0 };
+        let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+        let spin = opts.shm_spin.unwrap_or(if world.size > cores { SPIN_OVERSUBSCRIBED } else { SPIN_FOR });
+        let mut comm = ShmComm { world, opts: opts.clone(), seg: None, generation: 0, round: 0, spin };
         if world.size == 1 {
             return Ok(comm);
         }
@@ -194,17 +204,23 @@ impl ShmComm {
         seg.rank_word(self.world.rank, R_ARRIVE).store(target, Ordering::Release);
         seg.wake_all();
         let all_in = || (0..seg.size).all(|q| seg.rank_word(q, R_ARRIVE).load(Ordering::Acquire) >= target);
-        for _ in 0..4000 {
+        // Fast path: spin for a few microseconds, then give the core away with yields (ranks may
+        // outnumber cores), and only then sleep on the futex.
+        let start = Instant::now();
+        loop {
             if all_in() {
                 return Ok(());
             }
-            std::hint::spin_loop();
-        }
-        for _ in 0..64 {
-            if all_in() {
-                return Ok(());
+            let waited = start.elapsed();
+            if waited < self.spin {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+            } else if waited < self.spin + YIELD_FOR {
+                std::thread::yield_now();
+            } else {
+                break;
             }
-            std::thread::yield_now();
         }
         let mut clock = StallClock::new(self.world.rank, op, &self.opts);
         let late = || -> Vec<usize> {
@@ -688,7 +704,7 @@ mod tests {
     #[test]
     fn results_match_the_local_backend() {
         let o = opts("match");
-        let shm = with_ranks(3, DEFAULT_SLOT_FLOATS, &o, |c| conformance::run_all(c, &conformance::SuiteOptions::quick()));
+        let shm = with_ranks(3, o.shm_slot_bytes / 4, &o, |c| conformance::run_all(c, &conformance::SuiteOptions::quick()));
         let local = crate::local::LocalComm::run(3, |c| conformance::run_all(c, &conformance::SuiteOptions::quick())).unwrap();
         assert_eq!(shm, local);
     }

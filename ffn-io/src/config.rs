@@ -44,7 +44,7 @@ fn describe(message: &str) -> String {
     let msg = one_line(message);
     if let Some(rest) = msg.strip_prefix("unknown field ") {
         let (key, valid) = match rest.split_once(", expected ") {
-            Some((k, v)) => (k, v.trim_start_matches("one of ").replace('`', "")),
+            Some((k, v)) => (k, v.trim_start_matches("one of ").replace("` or `", "`, `").replace('`', "")),
             None => (rest, String::from("none")),
         };
         return format!("unknown key {key} (valid keys: {valid})");
@@ -108,6 +108,19 @@ mod tests {
         assert_eq!(e, "c.toml: line 2, column 1: unknown key `stpes` (valid keys: name, steps, optim)");
         let e = parse_toml::<Conf>("[optim]\nrl = 1.0\n", Path::new("c.toml")).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("unknown key `rl` (valid keys: lr)"), "{e}");
+    }
+
+    #[test]
+    fn two_and_one_valid_keys_are_listed_alike() {
+        #[derive(Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Two {
+            a: Option<u8>,
+            b: Option<u8>,
+        }
+        let e = parse_toml::<Two>("c = 1", Path::new("t.toml")).unwrap_err().to_string();
+        assert!(e.ends_with("unknown key `c` (valid keys: a, b)"), "{e}");
     }
 
     #[test]

@@ -13,8 +13,10 @@ pub mod coords;
 pub mod crc32c;
 pub mod error;
 pub mod labels;
+pub mod precomputed;
 pub mod stack;
 pub mod tf_bundle;
+pub mod tile_store;
 pub mod volume;
 
 pub use checkpoint::{Checkpoint, load_any_model, load_checkpoint, save_checkpoint};

@@ -24,6 +24,8 @@ pub enum Kind {
     Train(NetArgs),
     /// Forward passes of the FFN (inference): FOVs/s and GFLOP/s.
     Forward(NetArgs),
+    /// Allreduce time and bus bandwidth of a communicator backend (and of raw MPI_Allreduce).
+    Comm(super::bench_comm::Args),
 }
 
 /// Network and timing options shared by `bench train` and `bench forward`.
@@ -63,6 +65,7 @@ pub fn run(args: Args) -> Result<()> {
     match args.kind {
         Kind::Train(a) => run_net(&a, true),
         Kind::Forward(a) => run_net(&a, false),
+        Kind::Comm(a) => super::bench_comm::run(a),
     }
 }
 

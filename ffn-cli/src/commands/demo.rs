@@ -45,28 +45,31 @@ pub struct Args {
     #[arg(long, default_value_t = 100_000)]
     pub max_steps: u64,
     /// Size x,y,z of each synthetic volume.
-    #[arg(long, default_value = "72,72,72")]
+    #[arg(long, default_value = "64,64,64")]
     pub size: String,
+    /// Neurites per synthetic volume (default: one per 20^3 voxels).
+    #[arg(long)]
+    pub neurites: Option<usize>,
     /// Network depth.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 3)]
     pub depth: usize,
     /// Feature maps.
     #[arg(long, default_value_t = 16)]
     pub features: usize,
     /// FOV x,y,z.
-    #[arg(long, default_value = "17,17,17")]
+    #[arg(long, default_value = "11,11,11")]
     pub fov: String,
     /// FOV movement step x,y,z.
-    #[arg(long, default_value = "4,4,4")]
+    #[arg(long, default_value = "3,3,3")]
     pub deltas: String,
     /// Batch size.
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 0.002)]
+    #[arg(long, default_value_t = 0.003)]
     pub learning_rate: f32,
     /// Smallest object kept in partitions (voxels).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 500)]
     pub min_size: usize,
     /// Smallest segment kept by inference (voxels).
     #[arg(long, default_value_t = 100)]
@@ -131,9 +134,9 @@ pub fn run(args: Args) -> Result<()> {
         _ => {
             let shape = parse_xyz(&args.size).context("--size")?;
             let vol = shape.iter().product::<usize>() as f64;
-            // About one neurite per 12^3 voxels: dense packing at radii 3-7.
-            let neurites = ((vol / 1728.0).round() as usize).max(4);
-            let cfg = SynthConfig { shape, neurites, seed: args.seed, ..SynthConfig::default() };
+            // About one neurite per 20^3 voxels, radii 4-9: objects a few FOVs long.
+            let neurites = args.neurites.unwrap_or(((vol / 8000.0).round() as usize).max(4));
+            let cfg = SynthConfig { shape, neurites, radius: (4.0, 9.0), seed: args.seed, ..SynthConfig::default() };
             let a = generate(&cfg)?;
             let b = generate(&SynthConfig { seed: args.seed + 1000, ..cfg.clone() })?;
             println!(

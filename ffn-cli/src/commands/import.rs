@@ -141,12 +141,14 @@ fn run_labels(args: LabelsArgs) -> Result<()> {
         Some(t) => format!("'{stack}' mapped through '{t}'"),
         None => format!("'{stack}' as is"),
     };
+    let objects = ffn_io::labels::count_objects(&labels);
+    let zeros = labels.iter().filter(|&&x| x == 0).count();
     println!(
-        "wrote {output}: {dtype}, shape {} x {} x {} (z,y,x), {} objects (non-zero ids) from {} {how}",
+        "wrote {output}: {dtype}, shape {} x {} x {} (z,y,x), {} distinct ids ({objects} non-zero, id 0 on {zeros} voxels) from {} {how}",
         s[0],
         s[1],
         s[2],
-        ffn_io::labels::count_objects(&labels),
+        objects + usize::from(zeros > 0),
         input.display()
     );
     Ok(())

@@ -4,6 +4,8 @@
 use anyhow::Result;
 use ffn_io::checkpoint::inspect_checkpoint;
 use serde_json::json;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 /// Arguments of `ffn inspect`.
@@ -16,8 +18,18 @@ pub struct Args {
     json: bool,
 }
 
-/// Runs `ffn inspect`.
+/// Runs `ffn inspect`. A closed stdout (`ffn inspect X | head`) ends the listing quietly.
 pub fn run(args: Args) -> Result<()> {
+    let text = render(&args)?;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+fn render(args: &Args) -> Result<String> {
+    let mut o = String::new();
     let listing = inspect_checkpoint(&args.checkpoint)?;
     let model = listing.model.as_ref().ok();
     if args.json {
@@ -27,21 +39,23 @@ pub fn run(args: Args) -> Result<()> {
             json!({ "depth": m.depth, "features": m.features, "fov": m.fov, "deltas": m.deltas,
                     "num_params": m.num_params() })
         });
-        println!(
+        writeln!(
+            o,
             "{}",
             json!({ "path": args.checkpoint.display().to_string(), "format": listing.format,
                     "metadata": listing.metadata, "model": model, "tensors": tensors })
-        );
-        return Ok(());
+        )?;
+        return Ok(o);
     }
-    println!("{}: {}", args.checkpoint.display(), listing.format);
+    writeln!(o, "{}: {}", args.checkpoint.display(), listing.format)?;
     for (k, v) in &listing.metadata {
         if k != "model" {
-            println!("  {k}: {v}");
+            writeln!(o, "  {k}: {v}")?;
         }
     }
     match &listing.model {
-        Ok(m) => println!(
+        Ok(m) => writeln!(
+            o,
             "  model: convstack_3d depth {}, {} features, FOV {:?}, deltas {:?}{}, {} parameters",
             m.depth,
             m.features,
@@ -49,14 +63,14 @@ pub fn run(args: Args) -> Result<()> {
             m.deltas,
             if listing.format.starts_with("TensorFlow") { " (FOV/deltas not stored: defaults)" } else { "" },
             m.num_params()
-        ),
-        Err(e) => println!("  model: not loadable as an FFN network: {e}"),
+        )?,
+        Err(e) => writeln!(o, "  model: not loadable as an FFN network: {e}")?,
     }
     let width = listing.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-    println!("  {:<width$}  {:<8}  {:>10}  shape", "name", "dtype", "elements");
+    writeln!(o, "  {:<width$}  {:<8}  {:>10}  shape", "name", "dtype", "elements")?;
     for t in &listing.tensors {
         let n: usize = t.shape.iter().product();
-        println!("  {:<width$}  {:<8}  {:>10}  {:?}", t.name, t.dtype, n, t.shape);
+        writeln!(o, "  {:<width$}  {:<8}  {:>10}  {:?}", t.name, t.dtype, n, t.shape)?;
     }
-    Ok(())
+    Ok(o)
 }

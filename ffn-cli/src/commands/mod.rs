@@ -1,16 +1,20 @@
 //! The subcommands of `ffn`, one module each.
 
 mod bench;
+mod bench_comm;
 mod comm_selftest;
 pub mod coordinates;
 pub mod demo;
+pub mod export;
 mod import;
 mod inspect;
 mod launch;
 pub mod partitions;
 mod selfcheck;
 pub mod synth;
+pub mod tiled;
 pub mod train;
+pub mod view;
 
 use clap::Subcommand;
 
@@ -40,6 +44,12 @@ pub enum Command {
     Import(import::Args),
     /// Lists the variables (names, dtypes, shapes) of a checkpoint: ffn-rs .safetensors or TF model.ckpt-N.
     Inspect(inspect::Args),
+    /// Flood-fill inference in overlapping tiles on one or many ranks, resumable, with global ids.
+    InferTiled(tiled::Args),
+    /// Draws one slice of a segmentation over the image as a PNG (`--z 120 --out slice.png`).
+    View(view::Args),
+    /// Writes image and segmentation as Neuroglancer "precomputed" volumes (info + chunks).
+    Export(export::Args),
 }
 
 /// Runs one subcommand.
@@ -56,5 +66,8 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Import(args) => import::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::InferTiled(args) => tiled::run(args),
+        Command::View(args) => view::run(args),
+        Command::Export(args) => export::run(args),
     }
 }
