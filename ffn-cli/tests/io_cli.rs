@@ -9,18 +9,30 @@ const FFN: &str = env!("CARGO_BIN_EXE_ffn");
 /// `../shared/data` beside the repository; missing data is a failure, not a skip.
 fn shared_data() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
-    assert!(dir.join("fib25_training_sample2/grayscale_maps").is_dir(), "test data missing: {}", dir.display());
+    assert!(
+        dir.join("fib25_training_sample2/grayscale_maps").is_dir(),
+        "test data missing: {}",
+        dir.display()
+    );
     dir
 }
 
 fn ffn(args: &[&str], cwd: &Path) -> Output {
-    Command::new(FFN).args(args).current_dir(cwd).output().expect("run ffn")
+    Command::new(FFN)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("run ffn")
 }
 
 /// Runs ffn expecting success; returns stdout.
 fn ok(args: &[&str], cwd: &Path) -> String {
     let out = ffn(args, cwd);
-    assert!(out.status.success(), "ffn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ffn {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -28,9 +40,16 @@ fn ok(args: &[&str], cwd: &Path) -> String {
 fn fails(args: &[&str], cwd: &Path) -> String {
     let out = ffn(args, cwd);
     let err = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(1), "ffn {args:?}: expected exit 1, stderr: {err}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "ffn {args:?}: expected exit 1, stderr: {err}"
+    );
     assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
-    assert!(err.starts_with("error: ") && !err.contains("panicked"), "{err}");
+    assert!(
+        err.starts_with("error: ") && !err.contains("panicked"),
+        "{err}"
+    );
     err
 }
 
@@ -39,7 +58,10 @@ fn write_png(path: &Path, w: u32, h: u32) {
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), w, h);
     enc.set_color(png::ColorType::Grayscale);
     enc.set_depth(png::BitDepth::Eight);
-    enc.write_header().unwrap().write_image_data(&vec![7u8; (w * h) as usize]).unwrap();
+    enc.write_header()
+        .unwrap()
+        .write_image_data(&vec![7u8; (w * h) as usize])
+        .unwrap();
 }
 
 #[test]
@@ -48,12 +70,34 @@ fn fib25_sample_imports_in_two_commands() {
     let tmp = tempfile::tempdir().unwrap();
     let maps = data.join("grayscale_maps");
     let gt = data.join("groundtruth.h5.gz");
-    let out = ok(&["import", "stack", maps.to_str().unwrap(), "--output", "raw.h5:raw"], tmp.path());
-    assert!(out.contains("250 x 250 x 250") && out.contains("250 slices"), "{out}");
-    let out = ok(&["import", "labels", gt.to_str().unwrap(), "--output", "groundtruth.h5:stack"], tmp.path());
+    let out = ok(
+        &[
+            "import",
+            "stack",
+            maps.to_str().unwrap(),
+            "--output",
+            "raw.h5:raw",
+        ],
+        tmp.path(),
+    );
+    assert!(
+        out.contains("250 x 250 x 250") && out.contains("250 slices"),
+        "{out}"
+    );
+    let out = ok(
+        &[
+            "import",
+            "labels",
+            gt.to_str().unwrap(),
+            "--output",
+            "groundtruth.h5:stack",
+        ],
+        tmp.path(),
+    );
     assert!(out.contains("526 distinct ids"), "{out}");
 
-    let raw = ffn_io::read_image_u8(&ffn_io::VolumeSpec::new(tmp.path().join("raw.h5"), "raw")).unwrap();
+    let raw =
+        ffn_io::read_image_u8(&ffn_io::VolumeSpec::new(tmp.path().join("raw.h5"), "raw")).unwrap();
     assert_eq!(raw.shape(), [250, 250, 250]);
     // z = 0 is iso.2600.png and z = 249 is iso.2849.png, rows are y.
     for (z, name) in [(0, "iso.2600.png"), (249, "iso.2849.png")] {
@@ -72,7 +116,10 @@ fn fib25_sample_imports_in_two_commands() {
     assert_eq!(ids.len(), 526);
     assert_eq!(ffn_io::labels::count_objects(&bodies), 525);
     let zeros = bodies.iter().filter(|&&b| b == 0).count();
-    assert!(zeros > 0 && (zeros as f64) < 1e-4 * bodies.len() as f64, "{zeros} zero voxels");
+    assert!(
+        zeros > 0 && (zeros as f64) < 1e-4 * bodies.len() as f64,
+        "{zeros} zero voxels"
+    );
     // The raw supervoxels differ: many more ids.
     let sv = ffn_io::labels::read_flyem_labels(&gt, "stack", None).unwrap();
     assert!(ffn_io::labels::count_objects(&sv) > 20_000);
@@ -89,31 +136,68 @@ fn bad_input_exits_with_one_line() {
     write_png(&slices.join("s2.png"), 6, 5);
     write_png(&slices.join("s3.png"), 5, 6);
     let err = fails(&["import", "stack", "slices", "--output", "raw.h5:raw"], t);
-    assert!(err.contains("s3.png: slice of size 5x6") && err.contains("s1.png is 6x5"), "{err}");
+    assert!(
+        err.contains("s3.png: slice of size 5x6") && err.contains("s1.png is 6x5"),
+        "{err}"
+    );
     assert!(!t.join("raw.h5").exists());
     // Missing file.
     let err = fails(&["inspect", "nope.safetensors"], t);
     assert!(err.contains("nope.safetensors: file not found"), "{err}");
-    let err = fails(&["import", "labels", "nope.h5", "--output", "gt.h5:stack"], t);
+    let err = fails(
+        &["import", "labels", "nope.h5", "--output", "gt.h5:stack"],
+        t,
+    );
     assert!(err.contains("nope.h5: file not found"), "{err}");
     // Not HDF5.
     std::fs::write(t.join("text.h5"), "hello").unwrap();
-    let err = fails(&["import", "labels", "text.h5", "--output", "gt.h5:stack"], t);
+    let err = fails(
+        &["import", "labels", "text.h5", "--output", "gt.h5:stack"],
+        t,
+    );
     assert!(err.contains("text.h5: not a readable HDF5 file"), "{err}");
     // Bad volume spec.
     let err = fails(&["import", "stack", "slices", "--output", "raw.h5"], t);
-    assert!(err.contains("invalid volume 'raw.h5'") && err.contains("FILE:DATASET"), "{err}");
+    assert!(
+        err.contains("invalid volume 'raw.h5'") && err.contains("FILE:DATASET"),
+        "{err}"
+    );
     // Missing dataset lists the existing ones.
     write_png(&slices.join("s3.png"), 6, 5);
     ok(&["import", "stack", "slices", "--output", "vol.h5:raw"], t);
-    let err = fails(&["import", "labels", "vol.h5", "--output", "gt.h5:stack"], t);
-    assert!(err.contains("vol.h5: no dataset 'stack'; datasets in the file: raw"), "{err}");
+    let err = fails(
+        &["import", "labels", "vol.h5", "--output", "gt.h5:stack"],
+        t,
+    );
+    assert!(
+        err.contains("vol.h5: no dataset 'stack'; datasets in the file: raw"),
+        "{err}"
+    );
     // Without a table, a uint8 image imports as labels.
-    let out = ok(&["import", "labels", "vol.h5", "--stack-dataset", "raw", "--no-transforms", "-o", "gt.h5:l"], t);
-    assert!(out.contains("uint8") && out.contains("1 distinct ids"), "{out}");
+    let out = ok(
+        &[
+            "import",
+            "labels",
+            "vol.h5",
+            "--stack-dataset",
+            "raw",
+            "--no-transforms",
+            "-o",
+            "gt.h5:l",
+        ],
+        t,
+    );
+    assert!(
+        out.contains("uint8") && out.contains("1 distinct ids"),
+        "{out}"
+    );
     // Not a checkpoint.
     let err = fails(&["inspect", "vol.h5"], t);
-    assert!(err.contains("vol.h5") && err.contains("neither a TensorFlow checkpoint nor a safetensors file"), "{err}");
+    assert!(
+        err.contains("vol.h5")
+            && err.contains("neither a TensorFlow checkpoint nor a safetensors file"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -122,18 +206,44 @@ fn config_file_supplies_flags_and_typos_are_named() {
     let t = tmp.path();
     std::fs::create_dir(t.join("slices")).unwrap();
     write_png(&t.join("slices/a1.png"), 3, 2);
-    std::fs::write(t.join("imp.toml"), "source = 'slices'\noutput = 'from_config.h5:raw'\n").unwrap();
+    std::fs::write(
+        t.join("imp.toml"),
+        "source = 'slices'\noutput = 'from_config.h5:raw'\n",
+    )
+    .unwrap();
     ok(&["import", "stack", "--config", "imp.toml"], t);
     assert!(t.join("from_config.h5").exists());
     // The flag overrides the file.
-    ok(&["import", "stack", "--config", "imp.toml", "--output", "from_flag.h5:raw"], t);
+    ok(
+        &[
+            "import",
+            "stack",
+            "--config",
+            "imp.toml",
+            "--output",
+            "from_flag.h5:raw",
+        ],
+        t,
+    );
     assert!(t.join("from_flag.h5").exists());
-    std::fs::write(t.join("typo.toml"), "source = 'slices'\nouptut = 'x.h5:raw'\n").unwrap();
+    std::fs::write(
+        t.join("typo.toml"),
+        "source = 'slices'\nouptut = 'x.h5:raw'\n",
+    )
+    .unwrap();
     let err = fails(&["import", "stack", "--config", "typo.toml"], t);
-    assert!(err.contains("typo.toml: line 2, column 1: unknown key `ouptut` (valid keys: source, output)"), "{err}");
+    assert!(
+        err.contains(
+            "typo.toml: line 2, column 1: unknown key `ouptut` (valid keys: source, output)"
+        ),
+        "{err}"
+    );
     std::fs::write(t.join("partial.toml"), "source = 'slices'\n").unwrap();
     let err = fails(&["import", "stack", "--config", "partial.toml"], t);
-    assert!(err.contains("missing --output") && err.contains("`output` in partial.toml"), "{err}");
+    assert!(
+        err.contains("missing --output") && err.contains("`output` in partial.toml"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -141,16 +251,36 @@ fn inspect_lists_both_checkpoint_formats() {
     let reference = shared_data().join("ffn_fib25_reference/model.ckpt-27465036");
     let tmp = tempfile::tempdir().unwrap();
     let out = ok(&["inspect", reference.to_str().unwrap()], tmp.path());
-    assert!(out.contains("TensorFlow tensor bundle") && out.contains("638433 parameters"), "{out}");
-    assert!(out.contains("seed_update/conv11_b/weights") && out.contains("[3, 3, 3, 32, 32]"), "{out}");
-    assert!(out.contains("global_step") && out.contains("int32"), "{out}");
-    let json = ok(&["inspect", "--json", &format!("{}.index", reference.display())], tmp.path());
+    assert!(
+        out.contains("TensorFlow tensor bundle") && out.contains("638433 parameters"),
+        "{out}"
+    );
+    assert!(
+        out.contains("seed_update/conv11_b/weights") && out.contains("[3, 3, 3, 32, 32]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("global_step") && out.contains("int32"),
+        "{out}"
+    );
+    let json = ok(
+        &[
+            "inspect",
+            "--json",
+            &format!("{}.index", reference.display()),
+        ],
+        tmp.path(),
+    );
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["model"]["num_params"], 638_433);
     assert_eq!(v["tensors"].as_array().unwrap().len(), 54);
 
     // An ffn-rs checkpoint.
-    let model = ffn_core::model_spec::ModelConfig { depth: 2, features: 4, ..Default::default() };
+    let model = ffn_core::model_spec::ModelConfig {
+        depth: 2,
+        features: 4,
+        ..Default::default()
+    };
     let ckpt = ffn_io::Checkpoint {
         model,
         params: vec![0.5; model.num_params()],
@@ -162,12 +292,24 @@ fn inspect_lists_both_checkpoint_formats() {
     let path = tmp.path().join("c.safetensors");
     ffn_io::save_checkpoint(&path, &ckpt).unwrap();
     let out = ok(&["inspect", "c.safetensors"], tmp.path());
-    assert!(out.contains("ffn-rs safetensors") && out.contains("step: 7"), "{out}");
-    assert!(out.contains("conv1_b/weights") && out.contains("optimizer/velocity"), "{out}");
-    assert!(out.contains(&format!("{} parameters", model.num_params())), "{out}");
+    assert!(
+        out.contains("ffn-rs safetensors") && out.contains("step: 7"),
+        "{out}"
+    );
+    assert!(
+        out.contains("conv1_b/weights") && out.contains("optimizer/velocity"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{} parameters", model.num_params())),
+        "{out}"
+    );
 
     // A corrupt TF data file: crc error.
-    for f in ["model.ckpt-27465036.index", "model.ckpt-27465036.data-00000-of-00001"] {
+    for f in [
+        "model.ckpt-27465036.index",
+        "model.ckpt-27465036.data-00000-of-00001",
+    ] {
         std::fs::copy(reference.with_file_name(f), tmp.path().join(f)).unwrap();
     }
     let data = tmp.path().join("model.ckpt-27465036.data-00000-of-00001");

@@ -102,7 +102,11 @@ pub fn concat2_padded(g: &Padded, a: &[f32], b: &[f32], out: &mut [f32]) {
         for z in 0..sz {
             for y in 0..sy {
                 let d = g.voxel(bi, z, y, 0) * 2;
-                concat2(&a[src..src + sx], &b[src..src + sx], &mut out[d..d + 2 * sx]);
+                concat2(
+                    &a[src..src + sx],
+                    &b[src..src + sx],
+                    &mut out[d..d + 2 * sx],
+                );
                 src += sx;
             }
         }
@@ -120,8 +124,10 @@ mod tests {
     fn relu_gradient_matches_finite_differences() {
         let mut rng = Rng::new(crate::testutil::seed(3));
         // Keep values away from the kink at 0, where the derivative is undefined.
-        let mut x: alloc::vec::Vec<f32> =
-            uniform(&mut rng, 200).iter().map(|v| if v.abs() < 0.05 { v + 0.1 } else { *v }).collect();
+        let mut x: alloc::vec::Vec<f32> = uniform(&mut rng, 200)
+            .iter()
+            .map(|v| if v.abs() < 0.05 { v + 0.1 } else { *v })
+            .collect();
         let r = uniform(&mut rng, 200);
         let loss = |x: &[f32]| {
             let mut y = vec![0.0; x.len()];
@@ -142,8 +148,10 @@ mod tests {
     fn add_and_fused_residual_backward_match_finite_differences() {
         let mut rng = Rng::new(crate::testutil::seed(4));
         let n = 150;
-        let mut x: alloc::vec::Vec<f32> =
-            uniform(&mut rng, n).iter().map(|v| if v.abs() < 0.05 { v + 0.1 } else { *v }).collect();
+        let mut x: alloc::vec::Vec<f32> = uniform(&mut rng, n)
+            .iter()
+            .map(|v| if v.abs() < 0.05 { v + 0.1 } else { *v })
+            .collect();
         let c = uniform(&mut rng, n);
         let r = uniform(&mut rng, n);
         // L = sum(r * (x + c * relu(x))): the add with a residual branch f(relu(x)) = c * relu(x).
@@ -159,7 +167,11 @@ mod tests {
         add_relu_backward(&mut grad_x, &grad_r, &x);
         for i in 0..n {
             let fd = finite_diff(&mut x, i, 1e-3, loss);
-            assert!((fd - grad_x[i] as f64).abs() < 1e-3, "{i}: {fd} vs {}", grad_x[i]);
+            assert!(
+                (fd - grad_x[i] as f64).abs() < 1e-3,
+                "{i}: {fd} vs {}",
+                grad_x[i]
+            );
         }
     }
 

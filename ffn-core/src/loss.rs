@@ -27,11 +27,19 @@ pub fn sigmoid(x: f32) -> f32 {
 /// # Panics
 /// When the lengths differ.
 pub fn sigmoid_ce_mean(logits: &[f32], labels: &[f32]) -> f32 {
-    assert_eq!(logits.len(), labels.len(), "sigmoid_ce_mean: logits and labels lengths differ");
+    assert_eq!(
+        logits.len(),
+        labels.len(),
+        "sigmoid_ce_mean: logits and labels lengths differ"
+    );
     if logits.is_empty() {
         return 0.0;
     }
-    let sum: f64 = logits.iter().zip(labels).map(|(x, z)| sigmoid_ce(*x, *z)).sum();
+    let sum: f64 = logits
+        .iter()
+        .zip(labels)
+        .map(|(x, z)| sigmoid_ce(*x, *z))
+        .sum();
     (sum / logits.len() as f64) as f32
 }
 
@@ -40,7 +48,11 @@ pub fn sigmoid_ce_mean(logits: &[f32], labels: &[f32]) -> f32 {
 /// # Panics
 /// When the lengths differ.
 pub fn sigmoid_ce_mean_grad(logits: &[f32], labels: &[f32], grad: &mut [f32]) -> f32 {
-    assert_eq!(logits.len(), grad.len(), "sigmoid_ce_mean_grad: logits and gradient lengths differ");
+    assert_eq!(
+        logits.len(),
+        grad.len(),
+        "sigmoid_ce_mean_grad: logits and gradient lengths differ"
+    );
     let loss = sigmoid_ce_mean(logits, labels);
     let inv = 1.0 / logits.len().max(1) as f32;
     for_each_chunk_mut(grad, ELEMENTWISE_CHUNK, |i, g| {
@@ -82,12 +94,18 @@ mod tests {
     fn gradient_matches_finite_differences() {
         let mut rng = Rng::new(crate::testutil::seed(9));
         let mut x: Vec<f32> = uniform(&mut rng, 64).iter().map(|v| v * 6.0).collect();
-        let z: Vec<f32> = (0..64).map(|i| if i % 3 == 0 { 0.95 } else { 0.05 }).collect();
+        let z: Vec<f32> = (0..64)
+            .map(|i| if i % 3 == 0 { 0.95 } else { 0.05 })
+            .collect();
         let mut g = vec![0.0; 64];
         sigmoid_ce_mean_grad(&x, &z, &mut g);
         for i in 0..x.len() {
             let fd = finite_diff(&mut x, i, 1e-2, |x| {
-                x.iter().zip(&z).map(|(x, z)| sigmoid_ce(*x, *z)).sum::<f64>() / 64.0
+                x.iter()
+                    .zip(&z)
+                    .map(|(x, z)| sigmoid_ce(*x, *z))
+                    .sum::<f64>()
+                    / 64.0
             });
             assert!((fd - g[i] as f64).abs() < 1e-5, "{i}: {fd} vs {}", g[i]);
         }

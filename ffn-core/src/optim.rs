@@ -47,7 +47,11 @@ pub fn clip_by_value(grads: &mut [f32], max_abs: f32) {
 }
 
 fn check_lengths(params: &[f32], grads: &[f32]) {
-    assert_eq!(params.len(), grads.len(), "optimizer step: params and grads lengths differ");
+    assert_eq!(
+        params.len(),
+        grads.len(),
+        "optimizer step: params and grads lengths differ"
+    );
 }
 
 /// Finds buffer `name` in `state`.
@@ -102,7 +106,10 @@ impl Momentum {
 
     /// A momentum optimiser with coefficient `momentum`.
     pub fn new(momentum: f32) -> Self {
-        Self { momentum, velocity: Vec::new() }
+        Self {
+            momentum,
+            velocity: Vec::new(),
+        }
     }
 }
 
@@ -119,7 +126,11 @@ impl Optimizer for Momentum {
         if self.velocity.is_empty() {
             self.velocity = vec![0.0; params.len()];
         }
-        assert_eq!(self.velocity.len(), params.len(), "momentum: state length differs from params");
+        assert_eq!(
+            self.velocity.len(),
+            params.len(),
+            "momentum: state length differs from params"
+        );
         for ((p, g), v) in params.iter_mut().zip(grads).zip(&mut self.velocity) {
             *v = self.momentum * *v + g;
             *p -= lr * *v;
@@ -163,7 +174,14 @@ impl Adam {
 
     /// An Adam optimiser with the given coefficients.
     pub fn new(beta1: f32, beta2: f32, epsilon: f32) -> Self {
-        Self { beta1, beta2, epsilon, m: Vec::new(), v: Vec::new(), t: 0 }
+        Self {
+            beta1,
+            beta2,
+            epsilon,
+            m: Vec::new(),
+            v: Vec::new(),
+            t: 0,
+        }
     }
 
     /// Steps taken so far.
@@ -186,13 +204,22 @@ impl Optimizer for Adam {
             self.m = vec![0.0; params.len()];
             self.v = vec![0.0; params.len()];
         }
-        assert_eq!(self.m.len(), params.len(), "adam: state length differs from params");
+        assert_eq!(
+            self.m.len(),
+            params.len(),
+            "adam: state length differs from params"
+        );
         self.t += 1;
         let t = self.t as f64;
         let (b1, b2) = (self.beta1, self.beta2);
         let lr_t = (lr as f64 * libm::sqrt(1.0 - libm::pow(b2 as f64, t))
             / (1.0 - libm::pow(b1 as f64, t))) as f32;
-        for (((p, g), m), v) in params.iter_mut().zip(grads).zip(&mut self.m).zip(&mut self.v) {
+        for (((p, g), m), v) in params
+            .iter_mut()
+            .zip(grads)
+            .zip(&mut self.m)
+            .zip(&mut self.v)
+        {
             *m = b1 * *m + (1.0 - b1) * g;
             *v = b2 * *v + (1.0 - b2) * g * g;
             *p -= lr_t * *m / (libm::sqrtf(*v) + self.epsilon);
@@ -200,7 +227,11 @@ impl Optimizer for Adam {
     }
     fn state(&self) -> Vec<(String, Vec<f32>)> {
         let t = self.t;
-        let step = vec![(t & 0xffff) as f32, ((t >> 16) & 0xffff) as f32, ((t >> 32) & 0xffff) as f32];
+        let step = vec![
+            (t & 0xffff) as f32,
+            ((t >> 16) & 0xffff) as f32,
+            ((t >> 32) & 0xffff) as f32,
+        ];
         vec![
             (Self::M.to_string(), self.m.clone()),
             (Self::V.to_string(), self.v.clone()),
@@ -209,7 +240,11 @@ impl Optimizer for Adam {
     }
     fn load_state(&mut self, state: &[(String, Vec<f32>)]) -> Result<(), CoreError> {
         only_known(state, &[Self::M, Self::V, Self::STEP], "adam")?;
-        let (m, v, step) = (find(state, Self::M)?, find(state, Self::V)?, find(state, Self::STEP)?);
+        let (m, v, step) = (
+            find(state, Self::M)?,
+            find(state, Self::V)?,
+            find(state, Self::STEP)?,
+        );
         if m.len() != v.len() {
             return Err(CoreError::OptimizerState(format!(
                 "{} has {} values but {} has {}",
@@ -220,7 +255,11 @@ impl Optimizer for Adam {
             )));
         }
         let word = |x: f32| {
-            if (0.0..65536.0).contains(&x) && x == (x as u32) as f32 { Some(x as u64) } else { None }
+            if (0.0..65536.0).contains(&x) && x == (x as u32) as f32 {
+                Some(x as u64)
+            } else {
+                None
+            }
         };
         let t = match step {
             [a, b, c] => word(*a)
@@ -291,7 +330,10 @@ mod tests {
         let mut p = vec![0.0f32, 0.0];
         a.step(&mut p, &[0.5, -2.0], 0.01);
         // First step: m/(1-b1) = g, sqrt(v/(1-b2)) = |g| -> p = -lr * sign(g) (up to epsilon).
-        assert!((p[0] + 0.01).abs() < 1e-6 && (p[1] - 0.01).abs() < 1e-6, "{p:?}");
+        assert!(
+            (p[0] + 0.01).abs() < 1e-6 && (p[1] - 0.01).abs() < 1e-6,
+            "{p:?}"
+        );
         // Second step with the same gradient moves by lr again.
         a.step(&mut p, &[0.5, -2.0], 0.01);
         assert!((p[0] + 0.02).abs() < 1e-6, "{p:?}");
@@ -328,9 +370,15 @@ mod tests {
         let mut a = Adam::default();
         let err = a.load_state(&[("adam/m".into(), vec![0.0])]).unwrap_err();
         assert!(format!("{err}").contains("adam/v"), "{err}");
-        let err = Momentum::default().load_state(&[("adam/m".into(), vec![])]).unwrap_err();
+        let err = Momentum::default()
+            .load_state(&[("adam/m".into(), vec![])])
+            .unwrap_err();
         assert!(format!("{err}").contains("unexpected buffer"), "{err}");
-        let bad_step = [("adam/m".into(), vec![0.0]), ("adam/v".into(), vec![0.0]), ("adam/step".into(), vec![0.5])];
+        let bad_step = [
+            ("adam/m".into(), vec![0.0]),
+            ("adam/v".into(), vec![0.0]),
+            ("adam/step".into(), vec![0.5]),
+        ];
         assert!(a.load_state(&bad_step).is_err());
         let err = from_name("rmsprop").err().unwrap();
         assert!(format!("{err}").contains("sgd, momentum, adam"), "{err}");

@@ -24,11 +24,15 @@ where
     #[cfg(feature = "rayon")]
     {
         use rayon::prelude::*;
-        data.par_chunks_mut(chunk_len).enumerate().for_each(|(i, c)| f(i, c));
+        data.par_chunks_mut(chunk_len)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
     }
     #[cfg(not(feature = "rayon"))]
     {
-        data.chunks_mut(chunk_len).enumerate().for_each(|(i, c)| f(i, c));
+        data.chunks_mut(chunk_len)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
     }
 }
 

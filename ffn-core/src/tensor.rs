@@ -75,8 +75,16 @@ impl Padded {
     /// # Panics
     /// When a buffer length does not match the geometry.
     pub fn pad_from(&self, plain: &[f32], channels: usize, padded: &mut [f32]) {
-        assert_eq!(plain.len(), self.interior_voxels() * channels, "Padded::pad_from: plain length");
-        assert_eq!(padded.len(), self.len(channels), "Padded::pad_from: padded length");
+        assert_eq!(
+            plain.len(),
+            self.interior_voxels() * channels,
+            "Padded::pad_from: plain length"
+        );
+        assert_eq!(
+            padded.len(),
+            self.len(channels),
+            "Padded::pad_from: padded length"
+        );
         padded.fill(0.0);
         let row = self.size[2] * channels;
         let mut src = 0;
@@ -96,8 +104,16 @@ impl Padded {
     /// # Panics
     /// When a buffer length does not match the geometry.
     pub fn unpad_into(&self, padded: &[f32], channels: usize, plain: &mut [f32]) {
-        assert_eq!(plain.len(), self.interior_voxels() * channels, "Padded::unpad_into: plain length");
-        assert_eq!(padded.len(), self.len(channels), "Padded::unpad_into: padded length");
+        assert_eq!(
+            plain.len(),
+            self.interior_voxels() * channels,
+            "Padded::unpad_into: plain length"
+        );
+        assert_eq!(
+            padded.len(),
+            self.len(channels),
+            "Padded::unpad_into: padded length"
+        );
         let row = self.size[2] * channels;
         let mut dst = 0;
         for b in 0..self.batch {
@@ -116,7 +132,11 @@ impl Padded {
     /// # Panics
     /// When the buffer length does not match the geometry.
     pub fn zero_border(&self, padded: &mut [f32], channels: usize) {
-        assert_eq!(padded.len(), self.len(channels), "Padded::zero_border: length");
+        assert_eq!(
+            padded.len(),
+            self.len(channels),
+            "Padded::zero_border: length"
+        );
         let plane = self.plane_voxels() * channels;
         if plane == 0 {
             return;
@@ -160,7 +180,9 @@ mod tests {
     fn pad_unpad_round_trip_and_border_is_zero() {
         let g = Padded::new(2, [3, 1, 4], 1);
         let c = 2;
-        let plain: Vec<f32> = (0..g.interior_voxels() * c).map(|i| i as f32 + 1.0).collect();
+        let plain: Vec<f32> = (0..g.interior_voxels() * c)
+            .map(|i| i as f32 + 1.0)
+            .collect();
         let mut padded = vec![7.0; g.len(c)];
         g.pad_from(&plain, c, &mut padded);
         let nonzero = padded.iter().filter(|v| **v != 0.0).count();
@@ -170,7 +192,10 @@ mod tests {
         g.unpad_into(&padded, c, &mut back);
         assert_eq!(back, plain);
         // Dirty the border, then clean it.
-        let mut dirty: Vec<f32> = padded.iter().map(|v| if *v == 0.0 { -1.0 } else { *v }).collect();
+        let mut dirty: Vec<f32> = padded
+            .iter()
+            .map(|v| if *v == 0.0 { -1.0 } else { *v })
+            .collect();
         g.zero_border(&mut dirty, c);
         assert_eq!(dirty, padded);
     }

@@ -6,7 +6,10 @@ use alloc::vec::Vec;
 /// The test seed: `FFN_TEST_SEED` from the environment when set (std builds), else `default`.
 pub fn seed(default: u64) -> u64 {
     #[cfg(feature = "std")]
-    if let Some(s) = std::env::var("FFN_TEST_SEED").ok().and_then(|s| s.parse().ok()) {
+    if let Some(s) = std::env::var("FFN_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
         return s;
     }
     default
@@ -22,7 +25,10 @@ pub fn assert_close(what: &str, a: &[f32], b: &[f32], rtol: f32, atol: f32) {
     assert_eq!(a.len(), b.len(), "{what}: lengths differ");
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
         let tol = atol + rtol * y.abs();
-        assert!((x - y).abs() <= tol, "{what}[{i}]: {x} vs expected {y} (tolerance {tol})");
+        assert!(
+            (x - y).abs() <= tol,
+            "{what}[{i}]: {x} vs expected {y} (tolerance {tol})"
+        );
     }
 }
 

@@ -54,7 +54,10 @@ pub struct Checkpoint {
 }
 
 fn bad(path: &Path, reason: impl Into<String>) -> IoError {
-    IoError::Checkpoint { path: path.into(), reason: reason.into() }
+    IoError::Checkpoint {
+        path: path.into(),
+        reason: reason.into(),
+    }
 }
 
 fn model_json(m: &ModelConfig) -> Value {
@@ -66,17 +69,41 @@ fn model_from_json(path: &Path, v: &Value) -> Result<ModelConfig, IoError> {
         v.get(key)
             .and_then(Value::as_u64)
             .and_then(|x| usize::try_from(x).ok())
-            .ok_or_else(|| bad(path, format!("metadata 'model.{key}': expected an unsigned integer, found {:?}", v.get(key))))
+            .ok_or_else(|| {
+                bad(
+                    path,
+                    format!(
+                        "metadata 'model.{key}': expected an unsigned integer, found {:?}",
+                        v.get(key)
+                    ),
+                )
+            })
     };
     let triple = |key: &str| -> Result<[usize; 3], IoError> {
-        let err = || bad(path, format!("metadata 'model.{key}': expected 3 unsigned integers, found {:?}", v.get(key)));
+        let err = || {
+            bad(
+                path,
+                format!(
+                    "metadata 'model.{key}': expected 3 unsigned integers, found {:?}",
+                    v.get(key)
+                ),
+            )
+        };
         let arr = v.get(key).and_then(Value::as_array).ok_or_else(err)?;
-        let vals: Vec<usize> =
-            arr.iter().filter_map(|x| x.as_u64().and_then(|x| usize::try_from(x).ok())).collect();
+        let vals: Vec<usize> = arr
+            .iter()
+            .filter_map(|x| x.as_u64().and_then(|x| usize::try_from(x).ok()))
+            .collect();
         <[usize; 3]>::try_from(vals).map_err(|_| err())
     };
-    let m = ModelConfig { depth: uint("depth")?, features: uint("features")?, fov: triple("fov")?, deltas: triple("deltas")? };
-    m.validate().map_err(|e| bad(path, format!("metadata {e}")))?;
+    let m = ModelConfig {
+        depth: uint("depth")?,
+        features: uint("features")?,
+        fov: triple("fov")?,
+        deltas: triple("deltas")?,
+    };
+    m.validate()
+        .map_err(|e| bad(path, format!("metadata {e}")))?;
     Ok(m)
 }
 
@@ -85,7 +112,9 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn bytes_f32(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// Serialises a checkpoint to the bytes of a safetensors file.
@@ -94,11 +123,20 @@ pub fn encode_checkpoint(ckpt: &Checkpoint) -> Result<Vec<u8>, String> {
     let specs = ckpt.model.param_specs();
     let expected = ckpt.model.num_params();
     if ckpt.params.len() != expected {
-        return Err(format!("params: expected {expected} values for {:?}, found {}", ckpt.model, ckpt.params.len()));
+        return Err(format!(
+            "params: expected {expected} values for {:?}, found {}",
+            ckpt.model,
+            ckpt.params.len()
+        ));
     }
-    let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::with_capacity(specs.len() + ckpt.optimizer.len());
+    let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> =
+        Vec::with_capacity(specs.len() + ckpt.optimizer.len());
     for s in &specs {
-        owned.push((s.name.clone(), s.shape.clone(), f32_bytes(&ckpt.params[s.offset..s.offset + s.len()])));
+        owned.push((
+            s.name.clone(),
+            s.shape.clone(),
+            f32_bytes(&ckpt.params[s.offset..s.offset + s.len()]),
+        ));
     }
     let mut names = Vec::new();
     for (name, buf) in &ckpt.optimizer {
@@ -106,11 +144,16 @@ pub fn encode_checkpoint(ckpt: &Checkpoint) -> Result<Vec<u8>, String> {
             return Err(format!("optimizer buffer '{name}' appears twice"));
         }
         names.push(name.clone());
-        owned.push((format!("{OPTIMIZER_PREFIX}{name}"), vec![buf.len()], f32_bytes(buf)));
+        owned.push((
+            format!("{OPTIMIZER_PREFIX}{name}"),
+            vec![buf.len()],
+            f32_bytes(buf),
+        ));
     }
     let mut views = Vec::with_capacity(owned.len());
     for (name, shape, data) in &owned {
-        let view = TensorView::new(Dtype::F32, shape.clone(), data).map_err(|e| format!("tensor {name}: {e}"))?;
+        let view = TensorView::new(Dtype::F32, shape.clone(), data)
+            .map_err(|e| format!("tensor {name}: {e}"))?;
         views.push((name.clone(), view));
     }
     let meta: HashMap<String, String> = [
@@ -130,37 +173,72 @@ pub fn encode_checkpoint(ckpt: &Checkpoint) -> Result<Vec<u8>, String> {
 
 /// Parses the bytes of a checkpoint file (`path` is only used in error messages).
 pub fn decode_checkpoint(path: &Path, bytes: &[u8]) -> Result<Checkpoint, IoError> {
-    let st = SafeTensors::deserialize(bytes)
-        .map_err(|e| bad(path, format!("not a safetensors file (truncated or another format): {e}")))?;
+    let st = SafeTensors::deserialize(bytes).map_err(|e| {
+        bad(
+            path,
+            format!("not a safetensors file (truncated or another format): {e}"),
+        )
+    })?;
     let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(path, e.to_string()))?;
     let meta = header.metadata().clone().unwrap_or_default();
-    let get = |key: &str| meta.get(key).ok_or_else(|| bad(path, format!("metadata key '{key}' missing")));
+    let get = |key: &str| {
+        meta.get(key)
+            .ok_or_else(|| bad(path, format!("metadata key '{key}' missing")))
+    };
     let format = get("format")?;
     if format != FORMAT {
-        return Err(bad(path, format!("metadata 'format': expected '{FORMAT}', found '{format}'")));
+        return Err(bad(
+            path,
+            format!("metadata 'format': expected '{FORMAT}', found '{format}'"),
+        ));
     }
     let version = get("format_version")?;
     if version != FORMAT_VERSION {
-        return Err(bad(path, format!("format_version {version} is not supported (expected {FORMAT_VERSION})")));
+        return Err(bad(
+            path,
+            format!("format_version {version} is not supported (expected {FORMAT_VERSION})"),
+        ));
     }
     let parse_json = |key: &str| -> Result<Value, IoError> {
-        serde_json::from_str(get(key)?).map_err(|e| bad(path, format!("metadata '{key}': invalid JSON: {e}")))
+        serde_json::from_str(get(key)?)
+            .map_err(|e| bad(path, format!("metadata '{key}': invalid JSON: {e}")))
     };
     let model = model_from_json(path, &parse_json("model")?)?;
-    let step = get("step")?.parse::<u64>().map_err(|e| bad(path, format!("metadata 'step': {e}")))?;
-    let rng_state: [u64; 4] = serde_json::from_value(parse_json("rng_state")?)
-        .map_err(|e| bad(path, format!("metadata 'rng_state': expected 4 unsigned integers: {e}")))?;
-    let opt_names: Vec<String> = serde_json::from_value(parse_json("optimizer")?)
-        .map_err(|e| bad(path, format!("metadata 'optimizer': expected a list of names: {e}")))?;
+    let step = get("step")?
+        .parse::<u64>()
+        .map_err(|e| bad(path, format!("metadata 'step': {e}")))?;
+    let rng_state: [u64; 4] = serde_json::from_value(parse_json("rng_state")?).map_err(|e| {
+        bad(
+            path,
+            format!("metadata 'rng_state': expected 4 unsigned integers: {e}"),
+        )
+    })?;
+    let opt_names: Vec<String> = serde_json::from_value(parse_json("optimizer")?).map_err(|e| {
+        bad(
+            path,
+            format!("metadata 'optimizer': expected a list of names: {e}"),
+        )
+    })?;
     let training_config = parse_json("training_config")?;
 
     let read = |name: &str, shape: &[usize]| -> Result<Vec<f32>, IoError> {
-        let t = st.tensor(name).map_err(|_| bad(path, format!("tensor '{name}' missing")))?;
+        let t = st
+            .tensor(name)
+            .map_err(|_| bad(path, format!("tensor '{name}' missing")))?;
         if t.dtype() != Dtype::F32 {
-            return Err(bad(path, format!("tensor '{name}': expected F32, found {:?}", t.dtype())));
+            return Err(bad(
+                path,
+                format!("tensor '{name}': expected F32, found {:?}", t.dtype()),
+            ));
         }
         if t.shape() != shape {
-            return Err(bad(path, format!("tensor '{name}': expected shape {shape:?}, found {:?}", t.shape())));
+            return Err(bad(
+                path,
+                format!(
+                    "tensor '{name}': expected shape {shape:?}, found {:?}",
+                    t.shape()
+                ),
+            ));
         }
         Ok(bytes_f32(t.data()))
     };
@@ -172,7 +250,10 @@ pub fn decode_checkpoint(path: &Path, bytes: &[u8]) -> Result<Checkpoint, IoErro
     let mut optimizer = Vec::with_capacity(opt_names.len());
     for name in &opt_names {
         let full = format!("{OPTIMIZER_PREFIX}{name}");
-        let len = st.tensor(&full).map(|t| t.shape().iter().product()).unwrap_or(0);
+        let len = st
+            .tensor(&full)
+            .map(|t| t.shape().iter().product())
+            .unwrap_or(0);
         optimizer.push((name.clone(), read(&full, &[len])?));
     }
     let known = specs.len() + opt_names.len();
@@ -180,19 +261,37 @@ pub fn decode_checkpoint(path: &Path, bytes: &[u8]) -> Result<Checkpoint, IoErro
         let mut extra: Vec<String> = st
             .names()
             .into_iter()
-            .filter(|n| !specs.iter().any(|s| s.name == *n) && !opt_names.iter().any(|o| format!("{OPTIMIZER_PREFIX}{o}") == *n))
+            .filter(|n| {
+                !specs.iter().any(|s| s.name == *n)
+                    && !opt_names
+                        .iter()
+                        .any(|o| format!("{OPTIMIZER_PREFIX}{o}") == *n)
+            })
             .map(String::from)
             .collect();
         extra.sort();
-        return Err(bad(path, format!("unexpected tensors for {:?}: {}", model, extra.join(", "))));
+        return Err(bad(
+            path,
+            format!("unexpected tensors for {:?}: {}", model, extra.join(", ")),
+        ));
     }
-    Ok(Checkpoint { model, params, optimizer, step, rng_state, training_config })
+    Ok(Checkpoint {
+        model,
+        params,
+        optimizer,
+        step,
+        rng_state,
+        training_config,
+    })
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
 }
@@ -211,16 +310,26 @@ fn write_atomic(path: &Path, bytes: &[u8], crash_after: Option<usize>) -> Result
     fs::metadata(&dir).map_err(|e| IoError::os(&dir, e))?;
     let tmp = temp_path(path);
     let result = (|| {
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(|e| IoError::os(&tmp, e))?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| IoError::os(&tmp, e))?;
         if let Some(n) = crash_after {
-            f.write_all(&bytes[..n.min(bytes.len())]).map_err(|e| IoError::os(&tmp, e))?;
-            return Err(IoError::os(&tmp, std::io::Error::other("simulated crash before rename")));
+            f.write_all(&bytes[..n.min(bytes.len())])
+                .map_err(|e| IoError::os(&tmp, e))?;
+            return Err(IoError::os(
+                &tmp,
+                std::io::Error::other("simulated crash before rename"),
+            ));
         }
         f.write_all(bytes).map_err(|e| IoError::os(&tmp, e))?;
         f.sync_all().map_err(|e| IoError::os(&tmp, e))?;
         drop(f);
         fs::rename(&tmp, path).map_err(|e| IoError::os(path, e))?;
-        fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| IoError::os(&dir, e))
+        fs::File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| IoError::os(&dir, e))
     })();
     if result.is_err() && crash_after.is_none() {
         let _ = fs::remove_file(&tmp);
@@ -251,22 +360,42 @@ pub fn architecture_diff(expected: &ModelConfig, found: &ModelConfig) -> String 
         }
     };
     cmp("depth", expected.depth.to_string(), found.depth.to_string());
-    cmp("features", expected.features.to_string(), found.features.to_string());
-    cmp("fov", format!("{:?}", expected.fov), format!("{:?}", found.fov));
-    cmp("deltas", format!("{:?}", expected.deltas), format!("{:?}", found.deltas));
+    cmp(
+        "features",
+        expected.features.to_string(),
+        found.features.to_string(),
+    );
+    cmp(
+        "fov",
+        format!("{:?}", expected.fov),
+        format!("{:?}", found.fov),
+    );
+    cmp(
+        "deltas",
+        format!("{:?}", expected.deltas),
+        format!("{:?}", found.deltas),
+    );
     diffs.join("; ")
 }
 
 /// Fails with [`IoError::Architecture`] (listing every difference and the parameter counts) unless
 /// `found` equals `expected`.
-pub fn check_architecture(path: &Path, expected: &ModelConfig, found: &ModelConfig) -> Result<(), IoError> {
+pub fn check_architecture(
+    path: &Path,
+    expected: &ModelConfig,
+    found: &ModelConfig,
+) -> Result<(), IoError> {
     let diff = architecture_diff(expected, found);
     if diff.is_empty() {
         return Ok(());
     }
     Err(IoError::Architecture {
         path: path.into(),
-        diff: format!("{diff} ({} parameters expected, {} in the file)", expected.num_params(), found.num_params()),
+        diff: format!(
+            "{diff} ({} parameters expected, {} in the file)",
+            expected.num_params(),
+            found.num_params()
+        ),
     })
 }
 
@@ -283,7 +412,10 @@ pub fn checkpoint_file_name(step: u64) -> String {
 }
 
 fn step_of(name: &str) -> Option<u64> {
-    name.strip_prefix("ckpt-")?.strip_suffix(&format!(".{EXTENSION}"))?.parse().ok()
+    name.strip_prefix("ckpt-")?
+        .strip_suffix(&format!(".{EXTENSION}"))?
+        .parse()
+        .ok()
 }
 
 /// The checkpoints in a folder (files named `ckpt-STEP.safetensors`), sorted by step. Temp files of
@@ -308,7 +440,11 @@ pub fn latest_checkpoint(dir: &Path) -> Result<Option<PathBuf>, IoError> {
 /// Saves `ckpt` as `dir/ckpt-STEP.safetensors` (atomically), then deletes all but the newest
 /// `keep_last` checkpoints (`0` keeps all) and temp files left by interrupted writes of this
 /// process's earlier runs. Returns the new file's path.
-pub fn save_checkpoint_in_dir(dir: &Path, ckpt: &Checkpoint, keep_last: usize) -> Result<PathBuf, IoError> {
+pub fn save_checkpoint_in_dir(
+    dir: &Path,
+    ckpt: &Checkpoint,
+    keep_last: usize,
+) -> Result<PathBuf, IoError> {
     fs::create_dir_all(dir).map_err(|e| IoError::os(dir, e))?;
     let path = dir.join(checkpoint_file_name(ckpt.step));
     save_checkpoint(&path, ckpt)?;
@@ -324,13 +460,20 @@ pub fn save_checkpoint_in_dir(dir: &Path, ckpt: &Checkpoint, keep_last: usize) -
 
 /// Removes temp files of interrupted checkpoint writes whose writer process no longer exists.
 fn remove_stale_temps(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(".ckpt-") else { continue };
-        let Some((_, tail)) = rest.split_once(".tmp-") else { continue };
+        let Some(rest) = name.strip_prefix(".ckpt-") else {
+            continue;
+        };
+        let Some((_, tail)) = rest.split_once(".tmp-") else {
+            continue;
+        };
         let pid = tail.split('-').next().and_then(|p| p.parse::<u32>().ok());
-        let alive = pid.is_some_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists());
+        let alive = pid
+            .is_some_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists());
         if !alive {
             let _ = fs::remove_file(entry.path());
         }
@@ -343,8 +486,12 @@ fn remove_stale_temps(dir: &Path) {
 /// google/ffn's defaults (see [`tf_bundle::load_tf_model`]).
 pub fn load_any_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
     if path.is_dir() {
-        let latest = latest_checkpoint(path)?
-            .ok_or_else(|| bad(path, "folder holds no ckpt-STEP.safetensors file".to_string()))?;
+        let latest = latest_checkpoint(path)?.ok_or_else(|| {
+            bad(
+                path,
+                "folder holds no ckpt-STEP.safetensors file".to_string(),
+            )
+        })?;
         let c = load_checkpoint(&latest)?;
         return Ok((c.model, c.params));
     }
@@ -405,25 +552,59 @@ pub fn inspect_checkpoint(path: &Path) -> Result<CheckpointListing, IoError> {
         let tensors = bundle
             .entries()
             .iter()
-            .map(|e| TensorSummary { name: e.name.clone(), dtype: e.dtype.name(), shape: e.shape.clone() })
+            .map(|e| TensorSummary {
+                name: e.name.clone(),
+                dtype: e.dtype.name(),
+                shape: e.shape.clone(),
+            })
             .collect();
         let mut metadata = BTreeMap::new();
-        metadata.insert("num_tensors".to_string(), bundle.entries().len().to_string());
-        let model = tf_bundle::load_tf_model(path).map(|(m, _)| m).map_err(|e| e.to_string());
-        return Ok(CheckpointListing { format: "TensorFlow tensor bundle", tensors, metadata, model });
+        metadata.insert(
+            "num_tensors".to_string(),
+            bundle.entries().len().to_string(),
+        );
+        let model = tf_bundle::load_tf_model(path)
+            .map(|(m, _)| m)
+            .map_err(|e| e.to_string());
+        return Ok(CheckpointListing {
+            format: "TensorFlow tensor bundle",
+            tensors,
+            metadata,
+            model,
+        });
     }
     let bytes = fs::read(path).map_err(|e| IoError::os(path, e))?;
-    let st = SafeTensors::deserialize(&bytes)
-        .map_err(|e| bad(path, format!("neither a TensorFlow checkpoint nor a safetensors file: {e}")))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+        bad(
+            path,
+            format!("neither a TensorFlow checkpoint nor a safetensors file: {e}"),
+        )
+    })?;
     let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(path, e.to_string()))?;
-    let metadata: BTreeMap<String, String> = header.metadata().clone().unwrap_or_default().into_iter().collect();
+    let metadata: BTreeMap<String, String> = header
+        .metadata()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
     let mut tensors: Vec<TensorSummary> = st
         .iter()
-        .map(|(name, t)| TensorSummary { name: name.to_string(), dtype: st_dtype_name(t.dtype()), shape: t.shape().to_vec() })
+        .map(|(name, t)| TensorSummary {
+            name: name.to_string(),
+            dtype: st_dtype_name(t.dtype()),
+            shape: t.shape().to_vec(),
+        })
         .collect();
     tensors.sort_by(|a, b| a.name.cmp(&b.name));
-    let model = decode_checkpoint(path, &bytes).map(|c| c.model).map_err(|e| e.to_string());
-    Ok(CheckpointListing { format: "ffn-rs safetensors", tensors, metadata, model })
+    let model = decode_checkpoint(path, &bytes)
+        .map(|c| c.model)
+        .map_err(|e| e.to_string());
+    Ok(CheckpointListing {
+        format: "ffn-rs safetensors",
+        tensors,
+        metadata,
+        model,
+    })
 }
 
 #[cfg(test)]
@@ -431,11 +612,21 @@ mod tests {
     use super::*;
 
     fn sample(depth: usize, step: u64) -> Checkpoint {
-        let model = ModelConfig { depth, features: 4, fov: [9, 11, 13], deltas: [2, 3, 4] };
-        let params: Vec<f32> = (0..model.num_params()).map(|i| (i as f32 * 0.37).sin()).collect();
+        let model = ModelConfig {
+            depth,
+            features: 4,
+            fov: [9, 11, 13],
+            deltas: [2, 3, 4],
+        };
+        let params: Vec<f32> = (0..model.num_params())
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
         Checkpoint {
             model,
-            optimizer: vec![("momentum".into(), params.iter().map(|p| p * 0.5).collect()), ("t".into(), vec![step as f32])],
+            optimizer: vec![
+                ("momentum".into(), params.iter().map(|p| p * 0.5).collect()),
+                ("t".into(), vec![step as f32]),
+            ],
             params,
             step,
             rng_state: [1, u64::MAX, 3, 0x1234_5678_9abc_def0],
@@ -456,8 +647,14 @@ mod tests {
         // Tensors carry model_spec names and shapes.
         let bytes = fs::read(&path).unwrap();
         let st = SafeTensors::deserialize(&bytes).unwrap();
-        assert_eq!(st.tensor("conv0_a/weights").unwrap().shape(), [3, 3, 3, 2, 4]);
-        assert_eq!(st.tensor("conv_lom/weights").unwrap().shape(), [1, 1, 1, 4, 1]);
+        assert_eq!(
+            st.tensor("conv0_a/weights").unwrap().shape(),
+            [3, 3, 3, 2, 4]
+        );
+        assert_eq!(
+            st.tensor("conv_lom/weights").unwrap().shape(),
+            [1, 1, 1, 4, 1]
+        );
         assert_eq!(st.tensor("optimizer/t").unwrap().shape(), [1]);
     }
 
@@ -468,7 +665,10 @@ mod tests {
         let mut c = sample(2, 1);
         c.params.pop();
         let e = save_checkpoint(&path, &c).unwrap_err().to_string();
-        assert!(e.contains("params: expected") && e.contains("a.safetensors"), "{e}");
+        assert!(
+            e.contains("params: expected") && e.contains("a.safetensors"),
+            "{e}"
+        );
         assert!(!path.exists());
     }
 
@@ -485,7 +685,10 @@ mod tests {
         for cut in [0, 7, bytes.len() / 2, bytes.len() - 1, bytes.len()] {
             assert!(write_atomic(&path, &bytes, Some(cut)).is_err());
             assert_eq!(load_checkpoint(&path).unwrap(), old, "cut at {cut}");
-            assert_eq!(list_checkpoints(dir.path()).unwrap(), vec![(5, path.clone())]);
+            assert_eq!(
+                list_checkpoints(dir.path()).unwrap(),
+                vec![(5, path.clone())]
+            );
         }
         // The temp files of the "crashed" writes are still there, and are ignored.
         assert!(fs::read_dir(dir.path()).unwrap().count() > 1);
@@ -493,21 +696,33 @@ mod tests {
         let bad_path = dir.path().join("truncated.safetensors");
         fs::write(&bad_path, &bytes[..bytes.len() / 2]).unwrap();
         let e = load_checkpoint(&bad_path).unwrap_err().to_string();
-        assert!(e.contains("truncated.safetensors") && e.contains("not a safetensors file"), "{e}");
+        assert!(
+            e.contains("truncated.safetensors") && e.contains("not a safetensors file"),
+            "{e}"
+        );
     }
 
     #[test]
     fn keep_last_n_and_latest() {
         let dir = tempfile::tempdir().unwrap();
         // A temp file left by a dead writer (a pid above the kernel limit never exists).
-        let stale = dir.path().join(".ckpt-0000000001.safetensors.tmp-4294967295-0");
+        let stale = dir
+            .path()
+            .join(".ckpt-0000000001.safetensors.tmp-4294967295-0");
         fs::write(&stale, b"partial").unwrap();
         for step in [10, 20, 30, 40] {
             save_checkpoint_in_dir(dir.path(), &sample(1, step), 2).unwrap();
         }
-        let steps: Vec<u64> = list_checkpoints(dir.path()).unwrap().into_iter().map(|(s, _)| s).collect();
+        let steps: Vec<u64> = list_checkpoints(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
         assert_eq!(steps, [30, 40]);
-        assert_eq!(latest_checkpoint(dir.path()).unwrap().unwrap(), dir.path().join(checkpoint_file_name(40)));
+        assert_eq!(
+            latest_checkpoint(dir.path()).unwrap().unwrap(),
+            dir.path().join(checkpoint_file_name(40))
+        );
         assert!(!stale.exists());
         assert_eq!(load_any_model(dir.path()).unwrap().0.depth, 1);
     }
@@ -519,12 +734,23 @@ mod tests {
         let c = sample(2, 1);
         save_checkpoint(&path, &c).unwrap();
         assert!(load_checkpoint_for(&path, &c.model).is_ok());
-        let want = ModelConfig { depth: 12, features: 32, fov: [9, 11, 13], deltas: [8, 8, 8] };
+        let want = ModelConfig {
+            depth: 12,
+            features: 32,
+            fov: [9, 11, 13],
+            deltas: [8, 8, 8],
+        };
         let e = load_checkpoint_for(&path, &want).unwrap_err().to_string();
-        assert!(e.contains("a.safetensors: checkpoint architecture differs"), "{e}");
+        assert!(
+            e.contains("a.safetensors: checkpoint architecture differs"),
+            "{e}"
+        );
         assert!(e.contains("model.depth: expected 12, found 2"), "{e}");
         assert!(e.contains("model.features: expected 32, found 4"), "{e}");
-        assert!(e.contains("model.deltas: expected [8, 8, 8], found [2, 3, 4]"), "{e}");
+        assert!(
+            e.contains("model.deltas: expected [8, 8, 8], found [2, 3, 4]"),
+            "{e}"
+        );
         assert!(!e.contains("model.fov"), "{e}");
     }
 
@@ -536,7 +762,10 @@ mod tests {
         // A tensor of the wrong shape under a model_spec name.
         let mut views = Vec::new();
         let w = f32_bytes(&[0.0; 8]);
-        views.push(("conv0_a/weights".to_string(), TensorView::new(Dtype::F32, vec![8], &w).unwrap()));
+        views.push((
+            "conv0_a/weights".to_string(),
+            TensorView::new(Dtype::F32, vec![8], &w).unwrap(),
+        ));
         let mut meta = HashMap::new();
         meta.insert("format".to_string(), FORMAT.to_string());
         meta.insert("format_version".to_string(), "1".to_string());
@@ -545,15 +774,31 @@ mod tests {
         meta.insert("rng_state".to_string(), "[1,2,3,4]".to_string());
         meta.insert("optimizer".to_string(), "[]".to_string());
         meta.insert("training_config".to_string(), "{}".to_string());
-        fs::write(&path, safetensors::serialize(views, Some(meta.clone())).unwrap()).unwrap();
+        fs::write(
+            &path,
+            safetensors::serialize(views, Some(meta.clone())).unwrap(),
+        )
+        .unwrap();
         let e = load_checkpoint(&path).unwrap_err().to_string();
-        assert!(e.contains("tensor 'conv0_a/weights': expected shape [3, 3, 3, 2, 4], found [8]"), "{e}");
+        assert!(
+            e.contains("tensor 'conv0_a/weights': expected shape [3, 3, 3, 2, 4], found [8]"),
+            "{e}"
+        );
         // A plain safetensors file of somebody else.
         meta.insert("format".to_string(), "pt".to_string());
-        fs::write(&path, safetensors::serialize(Vec::<(String, TensorView)>::new(), Some(meta)).unwrap()).unwrap();
+        fs::write(
+            &path,
+            safetensors::serialize(Vec::<(String, TensorView)>::new(), Some(meta)).unwrap(),
+        )
+        .unwrap();
         let e = load_checkpoint(&path).unwrap_err().to_string();
-        assert!(e.contains("metadata 'format': expected 'ffn-rs checkpoint', found 'pt'"), "{e}");
-        let e = load_checkpoint(&dir.path().join("none.safetensors")).unwrap_err().to_string();
+        assert!(
+            e.contains("metadata 'format': expected 'ffn-rs checkpoint', found 'pt'"),
+            "{e}"
+        );
+        let e = load_checkpoint(&dir.path().join("none.safetensors"))
+            .unwrap_err()
+            .to_string();
         assert!(e.ends_with("none.safetensors: file not found"), "{e}");
     }
 }

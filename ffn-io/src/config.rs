@@ -35,7 +35,10 @@ use std::path::Path;
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let col = before.rfind('\n').map_or(before.len(), |i| before.len() - i - 1) + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
     (line, col)
 }
 
@@ -44,7 +47,12 @@ fn describe(message: &str) -> String {
     let msg = one_line(message);
     if let Some(rest) = msg.strip_prefix("unknown field ") {
         let (key, valid) = match rest.split_once(", expected ") {
-            Some((k, v)) => (k, v.trim_start_matches("one of ").replace("` or `", "`, `").replace('`', "")),
+            Some((k, v)) => (
+                k,
+                v.trim_start_matches("one of ")
+                    .replace("` or `", "`, `")
+                    .replace('`', ""),
+            ),
             None => (rest, String::from("none")),
         };
         return format!("unknown key {key} (valid keys: {valid})");
@@ -62,7 +70,10 @@ pub fn parse_toml<T: DeserializeOwned>(text: &str, path: &Path) -> Result<T, IoE
             Some((l, c)) => format!("line {l}, column {c}: {what}"),
             None => what,
         };
-        IoError::Config { path: path.into(), reason }
+        IoError::Config {
+            path: path.into(),
+            reason,
+        }
     })
 }
 
@@ -73,7 +84,9 @@ pub fn load_toml<T: DeserializeOwned>(path: &Path) -> Result<T, IoError> {
 }
 
 /// [`load_toml`] when a path is given, `T::default()` otherwise.
-pub fn load_toml_or_default<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result<T, IoError> {
+pub fn load_toml_or_default<T: DeserializeOwned + Default>(
+    path: Option<&Path>,
+) -> Result<T, IoError> {
     path.map_or_else(|| Ok(T::default()), load_toml)
 }
 
@@ -98,16 +111,37 @@ mod tests {
 
     #[test]
     fn good_file_parses() {
-        let c: Conf = parse_toml("name = 'a'\nsteps = 3\n[optim]\nlr = 0.5\n", Path::new("c.toml")).unwrap();
-        assert_eq!(c, Conf { name: Some("a".into()), steps: Some(3), optim: Some(Sub { lr: Some(0.5) }) });
+        let c: Conf = parse_toml(
+            "name = 'a'\nsteps = 3\n[optim]\nlr = 0.5\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            c,
+            Conf {
+                name: Some("a".into()),
+                steps: Some(3),
+                optim: Some(Sub { lr: Some(0.5) })
+            }
+        );
     }
 
     #[test]
     fn typo_names_key_line_and_valid_keys() {
-        let e = parse_toml::<Conf>("name = 'a'\nstpes = 3\n", Path::new("c.toml")).unwrap_err().to_string();
-        assert_eq!(e, "c.toml: line 2, column 1: unknown key `stpes` (valid keys: name, steps, optim)");
-        let e = parse_toml::<Conf>("[optim]\nrl = 1.0\n", Path::new("c.toml")).unwrap_err().to_string();
-        assert!(e.contains("line 2") && e.contains("unknown key `rl` (valid keys: lr)"), "{e}");
+        let e = parse_toml::<Conf>("name = 'a'\nstpes = 3\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "c.toml: line 2, column 1: unknown key `stpes` (valid keys: name, steps, optim)"
+        );
+        let e = parse_toml::<Conf>("[optim]\nrl = 1.0\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2") && e.contains("unknown key `rl` (valid keys: lr)"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -119,17 +153,28 @@ mod tests {
             a: Option<u8>,
             b: Option<u8>,
         }
-        let e = parse_toml::<Two>("c = 1", Path::new("t.toml")).unwrap_err().to_string();
+        let e = parse_toml::<Two>("c = 1", Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(e.ends_with("unknown key `c` (valid keys: a, b)"), "{e}");
     }
 
     #[test]
     fn wrong_type_and_syntax_and_missing_file() {
-        let e = parse_toml::<Conf>("steps = 'many'\n", Path::new("c.toml")).unwrap_err().to_string();
-        assert!(e.starts_with("c.toml: line 1, column 9:") && !e.contains('\n'), "{e}");
-        let e = parse_toml::<Conf>("steps = \n", Path::new("c.toml")).unwrap_err().to_string();
+        let e = parse_toml::<Conf>("steps = 'many'\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("c.toml: line 1, column 9:") && !e.contains('\n'),
+            "{e}"
+        );
+        let e = parse_toml::<Conf>("steps = \n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("c.toml: line 1") && !e.contains('\n'), "{e}");
-        let e = load_toml::<Conf>(Path::new("/no/such.toml")).unwrap_err().to_string();
+        let e = load_toml::<Conf>(Path::new("/no/such.toml"))
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "/no/such.toml: file not found");
         assert_eq!(load_toml_or_default::<Conf>(None).unwrap(), Conf::default());
     }

@@ -74,19 +74,32 @@ pub fn encode(file: &CoordinateFile) -> Vec<u8> {
 
 /// Decodes bytes; `path` is only used in error messages.
 pub fn decode(bytes: &[u8], path: &Path) -> Result<CoordinateFile, CoordsError> {
-    let bad = |reason: String| CoordsError::Format { path: path.to_path_buf(), reason };
+    let bad = |reason: String| CoordsError::Format {
+        path: path.to_path_buf(),
+        reason,
+    };
     let mut pos = 0usize;
     let mut take = |n: usize, what: &str| -> Result<&[u8], CoordsError> {
-        let end = pos.checked_add(n).filter(|&e| e <= bytes.len()).ok_or_else(|| {
-            bad(format!("truncated while reading {what} at byte {pos} (file has {} bytes)", bytes.len()))
-        })?;
+        let end = pos
+            .checked_add(n)
+            .filter(|&e| e <= bytes.len())
+            .ok_or_else(|| {
+                bad(format!(
+                    "truncated while reading {what} at byte {pos} (file has {} bytes)",
+                    bytes.len()
+                ))
+            })?;
         let s = &bytes[pos..end];
         pos = end;
         Ok(s)
     };
     let magic = take(8, "the magic")?;
     if magic != MAGIC {
-        return Err(bad(format!("expected magic {:?}, found {:?}", "FFNCRD01", String::from_utf8_lossy(magic))));
+        return Err(bad(format!(
+            "expected magic {:?}, found {:?}",
+            "FFNCRD01",
+            String::from_utf8_lossy(magic)
+        )));
     }
     let u32_at = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
     let nv = u32_at(take(4, "the volume count")?) as usize;
@@ -100,24 +113,44 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<CoordinateFile, CoordsError> 
     let n = take(8, "the coordinate count")?;
     let n = u64::from_le_bytes([n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]]);
     let n = usize::try_from(n).map_err(|_| bad(format!("coordinate count {n} too large")))?;
-    let raw = take(n.checked_mul(16).ok_or_else(|| bad(format!("coordinate count {n} too large")))?, "the coordinates")?;
+    let raw = take(
+        n.checked_mul(16)
+            .ok_or_else(|| bad(format!("coordinate count {n} too large")))?,
+        "the coordinates",
+    )?;
     let mut coords = Vec::with_capacity(n);
     for (i, c) in raw.chunks_exact(16).enumerate() {
-        let (v, x, y, z) = (u32_at(&c[0..]), u32_at(&c[4..]), u32_at(&c[8..]), u32_at(&c[12..]));
+        let (v, x, y, z) = (
+            u32_at(&c[0..]),
+            u32_at(&c[4..]),
+            u32_at(&c[8..]),
+            u32_at(&c[12..]),
+        );
         if v as usize >= nv {
-            return Err(bad(format!("coordinate #{i} names volume index {v}, but the file lists {nv} volumes")));
+            return Err(bad(format!(
+                "coordinate #{i} names volume index {v}, but the file lists {nv} volumes"
+            )));
         }
-        coords.push(Coordinate { volume: v, zyx: [z, y, x] });
+        coords.push(Coordinate {
+            volume: v,
+            zyx: [z, y, x],
+        });
     }
     if pos != bytes.len() {
-        return Err(bad(format!("{} unexpected bytes after the coordinates", bytes.len() - pos)));
+        return Err(bad(format!(
+            "{} unexpected bytes after the coordinates",
+            bytes.len() - pos
+        )));
     }
     Ok(CoordinateFile { volumes, coords })
 }
 
 /// Writes a coordinate file atomically (temporary file in the same folder, then rename).
 pub fn write_coords(path: &Path, file: &CoordinateFile) -> Result<(), CoordsError> {
-    let os = |source| CoordsError::Os { path: path.to_path_buf(), source };
+    let os = |source| CoordsError::Os {
+        path: path.to_path_buf(),
+        source,
+    };
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
@@ -133,7 +166,10 @@ pub fn write_coords(path: &Path, file: &CoordinateFile) -> Result<(), CoordsErro
 
 /// Reads a coordinate file.
 pub fn read_coords(path: &Path) -> Result<CoordinateFile, CoordsError> {
-    let bytes = fs::read(path).map_err(|source| CoordsError::Os { path: path.to_path_buf(), source })?;
+    let bytes = fs::read(path).map_err(|source| CoordsError::Os {
+        path: path.to_path_buf(),
+        source,
+    })?;
     decode(&bytes, path)
 }
 
@@ -148,8 +184,14 @@ mod tests {
         let file = CoordinateFile {
             volumes: vec!["a".into(), "vol_b".into()],
             coords: vec![
-                Coordinate { volume: 1, zyx: [1, 2, 3] },
-                Coordinate { volume: 0, zyx: [70000, 5, 6] },
+                Coordinate {
+                    volume: 1,
+                    zyx: [1, 2, 3],
+                },
+                Coordinate {
+                    volume: 0,
+                    zyx: [70000, 5, 6],
+                },
             ],
         };
         write_coords(&path, &file).unwrap();
@@ -160,10 +202,18 @@ mod tests {
         let e = decode(&bytes[..bytes.len() - 3], &path).unwrap_err();
         assert!(e.to_string().contains("truncated"), "{e}");
         let e = decode(b"NOTCOORDS.......", &path).unwrap_err();
-        assert!(e.to_string().contains("t.coords") && e.to_string().contains("magic"), "{e}");
+        assert!(
+            e.to_string().contains("t.coords") && e.to_string().contains("magic"),
+            "{e}"
+        );
         let mut bad = bytes.clone();
         bad[34] = 9;
-        assert!(decode(&bad, &path).unwrap_err().to_string().contains("volume index 9"));
+        assert!(
+            decode(&bad, &path)
+                .unwrap_err()
+                .to_string()
+                .contains("volume index 9")
+        );
         assert!(read_coords(&dir.path().join("missing.coords")).is_err());
     }
 }

@@ -194,7 +194,9 @@ pub enum IoError {
         reason: String,
     },
     /// A checksum that does not match (corrupt file).
-    #[error("{path}: checksum mismatch in {what}: stored crc32c {expected:#010x}, computed {found:#010x}")]
+    #[error(
+        "{path}: checksum mismatch in {what}: stored crc32c {expected:#010x}, computed {found:#010x}"
+    )]
     Crc {
         /// The file.
         path: PathBuf,
@@ -229,5 +231,9 @@ impl IoError {
 
 /// Makes a multi-line library message fit on one line.
 pub(crate) fn one_line(text: &str) -> String {
-    text.split('\n').map(str::trim).filter(|s| !s.is_empty()).collect::<Vec<_>>().join("; ")
+    text.split('\n')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -44,17 +44,26 @@ pub fn open_maybe_gzip(path: &Path) -> Result<LocalHdf5, IoError> {
     let mut magic = [0u8; 2];
     let n = file.read(&mut magic).map_err(|e| IoError::os(path, e))?;
     if n < 2 || magic != [0x1f, 0x8b] {
-        return Ok(LocalHdf5 { path: path.to_path_buf(), temp: false });
+        return Ok(LocalHdf5 {
+            path: path.to_path_buf(),
+            temp: false,
+        });
     }
     let file = fs::File::open(path).map_err(|e| IoError::os(path, e))?;
     let k = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     let tmp = std::env::temp_dir().join(format!("ffn-io-{}-{k}.h5", std::process::id()));
-    let local = LocalHdf5 { path: tmp.clone(), temp: true };
+    let local = LocalHdf5 {
+        path: tmp.clone(),
+        temp: true,
+    };
     let mut out = fs::File::create(&tmp).map_err(|e| IoError::os(&tmp, e))?;
     let mut gz = flate2::read::GzDecoder::new(std::io::BufReader::new(file));
     std::io::copy(&mut gz, &mut out).map_err(|e| IoError::Image {
         path: path.into(),
-        reason: format!("gzip data cannot be decompressed (truncated or damaged): {}", one_line(&e.to_string())),
+        reason: format!(
+            "gzip data cannot be decompressed (truncated or damaged): {}",
+            one_line(&e.to_string())
+        ),
     })?;
     out.flush().map_err(|e| IoError::os(&tmp, e))?;
     Ok(local)
@@ -68,17 +77,26 @@ pub fn read_body_table(spec: &VolumeSpec) -> Result<HashMap<u64, u64>, IoError> 
     if shape.len() != 2 || shape[1] != 2 {
         return Err(IoError::LabelTable {
             spec: spec.to_string(),
-            reason: format!("expected a table of shape [N, 2] (rows of supervoxel, body), found shape {shape:?}"),
+            reason: format!(
+                "expected a table of shape [N, 2] (rows of supervoxel, body), found shape {shape:?}"
+            ),
         });
     }
-    let hdf = |e: hdf5::Error| IoError::Hdf5 { spec: spec.to_string(), detail: one_line(&e.to_string()) };
+    let hdf = |e: hdf5::Error| IoError::Hdf5 {
+        spec: spec.to_string(),
+        detail: one_line(&e.to_string()),
+    };
     let dtype = ds.dtype().and_then(|t| t.to_descriptor()).map_err(hdf)?;
     let table: Array2<u64> = match dtype {
         TypeDescriptor::Unsigned(_) => ds.read_2d::<u64>().map_err(hdf)?,
         TypeDescriptor::Integer(_) => {
             let t = ds.read_2d::<i64>().map_err(hdf)?;
             if let Some(((r, c), &v)) = t.indexed_iter().find(|(_, v)| **v < 0) {
-                return Err(IoError::NegativeLabel { spec: spec.to_string(), index: vec![r, c], value: v });
+                return Err(IoError::NegativeLabel {
+                    spec: spec.to_string(),
+                    index: vec![r, c],
+                    value: v,
+                });
             }
             t.mapv(|v| v as u64)
         }
@@ -155,15 +173,25 @@ pub fn count_objects(labels: &Array3<u64>) -> usize {
 
 /// Reads label volume `stack` from `input` (HDF5 or gzip-compressed HDF5) and, when `transforms`
 /// is given, maps it through that `(supervoxel, body)` table. The returned volume has axes z,y,x.
-pub fn read_flyem_labels(input: &Path, stack: &str, transforms: Option<&str>) -> Result<Array3<u64>, IoError> {
+pub fn read_flyem_labels(
+    input: &Path,
+    stack: &str,
+    transforms: Option<&str>,
+) -> Result<Array3<u64>, IoError> {
     let local = open_maybe_gzip(input)?;
     // Messages name the file the user gave, not the temp copy.
     let rename = |e: IoError| rename_path(e, local.path(), input);
     let stack_spec = VolumeSpec::new(local.path(), stack);
     let supervoxels = read_labels(&stack_spec).map_err(rename)?;
-    let Some(tname) = transforms else { return Ok(supervoxels) };
+    let Some(tname) = transforms else {
+        return Ok(supervoxels);
+    };
     let table = read_body_table(&VolumeSpec::new(local.path(), tname)).map_err(rename)?;
-    apply_body_table(&supervoxels, &table, &VolumeSpec::new(input, tname).to_string())
+    apply_body_table(
+        &supervoxels,
+        &table,
+        &VolumeSpec::new(input, tname).to_string(),
+    )
 }
 
 /// Replaces the temp path in an error by the user's path.
@@ -171,19 +199,33 @@ fn rename_path(e: IoError, from: &Path, to: &Path) -> IoError {
     if from == to {
         return e;
     }
-    let text = e.to_string().replace(&from.display().to_string(), &to.display().to_string());
+    let text = e
+        .to_string()
+        .replace(&from.display().to_string(), &to.display().to_string());
     match e {
-        IoError::MissingDataset { dataset, available, .. } => {
-            IoError::MissingDataset { path: to.into(), dataset, available }
-        }
-        IoError::NotHdf5 { detail, .. } => IoError::NotHdf5 { path: to.into(), detail },
-        _ => IoError::LabelTable { spec: to.display().to_string(), reason: strip_prefix(&text, to) },
+        IoError::MissingDataset {
+            dataset, available, ..
+        } => IoError::MissingDataset {
+            path: to.into(),
+            dataset,
+            available,
+        },
+        IoError::NotHdf5 { detail, .. } => IoError::NotHdf5 {
+            path: to.into(),
+            detail,
+        },
+        _ => IoError::LabelTable {
+            spec: to.display().to_string(),
+            reason: strip_prefix(&text, to),
+        },
     }
 }
 
 fn strip_prefix(text: &str, path: &Path) -> String {
     let p = path.display().to_string();
-    text.strip_prefix(&p).map(|t| t.trim_start_matches(':').trim_start().to_string()).unwrap_or_else(|| text.to_string())
+    text.strip_prefix(&p)
+        .map(|t| t.trim_start_matches(':').trim_start().to_string())
+        .unwrap_or_else(|| text.to_string())
 }
 
 #[cfg(test)]
@@ -193,12 +235,21 @@ mod tests {
 
     fn write_gt(path: &Path, stack: &Array3<i32>, table: &Array2<i32>) {
         let f = File::create(path).unwrap();
-        f.new_dataset_builder().with_data(stack).create("stack").unwrap();
-        f.new_dataset_builder().with_data(table).create("transforms").unwrap();
+        f.new_dataset_builder()
+            .with_data(stack)
+            .create("stack")
+            .unwrap();
+        f.new_dataset_builder()
+            .with_data(table)
+            .create("transforms")
+            .unwrap();
     }
 
     fn gzip(src: &Path, dst: &Path) {
-        let mut enc = flate2::write::GzEncoder::new(fs::File::create(dst).unwrap(), flate2::Compression::fast());
+        let mut enc = flate2::write::GzEncoder::new(
+            fs::File::create(dst).unwrap(),
+            flate2::Compression::fast(),
+        );
         enc.write_all(&fs::read(src).unwrap()).unwrap();
         enc.finish().unwrap();
     }
@@ -207,8 +258,10 @@ mod tests {
     fn flattens_supervoxels_from_plain_and_gzip_files() {
         let dir = tempfile::tempdir().unwrap();
         let h5 = dir.path().join("gt.h5");
-        let stack = Array3::from_shape_fn((2, 3, 4), |(z, y, x)| (z * 12 + y * 4 + x) as i32 % 5 + 10);
-        let table = Array2::from_shape_vec((5, 2), vec![10, 0, 11, 7, 12, 7, 13, 9, 14, 100_000]).unwrap();
+        let stack =
+            Array3::from_shape_fn((2, 3, 4), |(z, y, x)| (z * 12 + y * 4 + x) as i32 % 5 + 10);
+        let table =
+            Array2::from_shape_vec((5, 2), vec![10, 0, 11, 7, 12, 7, 13, 9, 14, 100_000]).unwrap();
         write_gt(&h5, &stack, &table);
         let gz = dir.path().join("gt.h5.gz");
         gzip(&h5, &gz);
@@ -224,12 +277,21 @@ mod tests {
         let leftovers = fs::read_dir(std::env::temp_dir())
             .unwrap()
             .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("ffn-io-{}-", std::process::id())))
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("ffn-io-{}-", std::process::id()))
+            })
             .count();
         assert_eq!(leftovers, 0);
         // Errors name the user's file, not the temp copy.
-        let e = read_flyem_labels(&gz, "stak", Some("transforms")).unwrap_err().to_string();
-        assert!(e.contains("gt.h5.gz: no dataset 'stak'; datasets in the file: stack, transforms"), "{e}");
+        let e = read_flyem_labels(&gz, "stak", Some("transforms"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gt.h5.gz: no dataset 'stak'; datasets in the file: stack, transforms"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -237,18 +299,54 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let h5 = dir.path().join("gt.h5");
         let stack = Array3::from_elem((1, 1, 3), 5i32);
-        write_gt(&h5, &stack, &Array2::from_shape_vec((1, 2), vec![6, 1]).unwrap());
-        let e = read_flyem_labels(&h5, "stack", Some("transforms")).unwrap_err().to_string();
-        assert!(e.contains("gt.h5:transforms: 1 supervoxel ids of the stack are not in the table (e.g. 5)"), "{e}");
-        write_gt(&h5, &stack, &Array2::from_shape_vec((2, 2), vec![5, 1, 5, 2]).unwrap());
-        let e = read_flyem_labels(&h5, "stack", Some("transforms")).unwrap_err().to_string();
-        assert!(e.contains("supervoxel 5 is mapped to two bodies, 1 and 2"), "{e}");
-        write_gt(&h5, &stack, &Array2::from_shape_vec((1, 2), vec![5, -3]).unwrap());
-        let e = read_flyem_labels(&h5, "stack", Some("transforms")).unwrap_err().to_string();
+        write_gt(
+            &h5,
+            &stack,
+            &Array2::from_shape_vec((1, 2), vec![6, 1]).unwrap(),
+        );
+        let e = read_flyem_labels(&h5, "stack", Some("transforms"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "gt.h5:transforms: 1 supervoxel ids of the stack are not in the table (e.g. 5)"
+            ),
+            "{e}"
+        );
+        write_gt(
+            &h5,
+            &stack,
+            &Array2::from_shape_vec((2, 2), vec![5, 1, 5, 2]).unwrap(),
+        );
+        let e = read_flyem_labels(&h5, "stack", Some("transforms"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("supervoxel 5 is mapped to two bodies, 1 and 2"),
+            "{e}"
+        );
+        write_gt(
+            &h5,
+            &stack,
+            &Array2::from_shape_vec((1, 2), vec![5, -3]).unwrap(),
+        );
+        let e = read_flyem_labels(&h5, "stack", Some("transforms"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("negative label -3 at [0, 1]"), "{e}");
-        write_gt(&h5, &stack, &Array2::from_shape_vec((1, 3), vec![5, 1, 1]).unwrap());
-        let e = read_flyem_labels(&h5, "stack", Some("transforms")).unwrap_err().to_string();
-        assert!(e.contains("gt.h5:transforms: expected a table of shape [N, 2]") && e.contains("found shape [1, 3]"), "{e}");
+        write_gt(
+            &h5,
+            &stack,
+            &Array2::from_shape_vec((1, 3), vec![5, 1, 1]).unwrap(),
+        );
+        let e = read_flyem_labels(&h5, "stack", Some("transforms"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gt.h5:transforms: expected a table of shape [N, 2]")
+                && e.contains("found shape [1, 3]"),
+            "{e}"
+        );
         let bad_gz = dir.path().join("bad.h5.gz");
         let mut bytes = fs::read(&h5).unwrap();
         bytes.truncate(100);
@@ -256,7 +354,9 @@ mod tests {
         enc.write_all(&bytes).unwrap();
         let gzbytes = enc.finish().unwrap();
         fs::write(&bad_gz, &gzbytes[..gzbytes.len() / 2]).unwrap();
-        let e = read_flyem_labels(&bad_gz, "stack", None).unwrap_err().to_string();
+        let e = read_flyem_labels(&bad_gz, "stack", None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bad.h5.gz") && e.contains("gzip"), "{e}");
     }
 }

@@ -79,7 +79,9 @@ impl DataType {
     }
 
     fn parse(s: &str) -> Option<Self> {
-        [DataType::Uint8, DataType::Uint32, DataType::Uint64].into_iter().find(|d| d.name() == s)
+        [DataType::Uint8, DataType::Uint32, DataType::Uint64]
+            .into_iter()
+            .find(|d| d.name() == s)
     }
 }
 
@@ -102,7 +104,11 @@ impl PrecomputedInfo {
     /// The scale key: the resolution as `x_y_z` (e.g. `8_8_8`).
     pub fn key(&self) -> String {
         let r = self.resolution_zyx;
-        [r[2], r[1], r[0]].iter().map(|v| fmt_num(*v)).collect::<Vec<_>>().join("_")
+        [r[2], r[1], r[0]]
+            .iter()
+            .map(|v| fmt_num(*v))
+            .collect::<Vec<_>>()
+            .join("_")
     }
 
     /// The `info` JSON document.
@@ -131,34 +137,62 @@ impl PrecomputedInfo {
         let z1 = (z0 + c[0]).min(s[0]);
         for y0 in (0..s[1]).step_by(c[1]) {
             for x0 in (0..s[2]).step_by(c[2]) {
-                out.push(([z0, y0, x0], [z1, (y0 + c[1]).min(s[1]), (x0 + c[2]).min(s[2])]));
+                out.push((
+                    [z0, y0, x0],
+                    [z1, (y0 + c[1]).min(s[1]), (x0 + c[2]).min(s[2])],
+                ));
             }
         }
         out
     }
 
     fn check(&self, path: &Path) -> Result<(), IoError> {
-        let bad = |reason: String| Err(IoError::Config { path: path.into(), reason });
+        let bad = |reason: String| {
+            Err(IoError::Config {
+                path: path.into(),
+                reason,
+            })
+        };
         if self.shape_zyx.contains(&0) {
-            return bad(format!("volume size: expected every axis >= 1, found {:?} (z, y, x)", self.shape_zyx));
+            return bad(format!(
+                "volume size: expected every axis >= 1, found {:?} (z, y, x)",
+                self.shape_zyx
+            ));
         }
         if self.chunk_zyx.contains(&0) {
-            return bad(format!("chunk size: expected every axis >= 1, found {:?} (z, y, x)", self.chunk_zyx));
+            return bad(format!(
+                "chunk size: expected every axis >= 1, found {:?} (z, y, x)",
+                self.chunk_zyx
+            ));
         }
-        if !self.resolution_zyx.iter().all(|r| r.is_finite() && *r > 0.0) {
-            return bad(format!("resolution: expected positive nanometres, found {:?} (z, y, x)", self.resolution_zyx));
+        if !self
+            .resolution_zyx
+            .iter()
+            .all(|r| r.is_finite() && *r > 0.0)
+        {
+            return bad(format!(
+                "resolution: expected positive nanometres, found {:?} (z, y, x)",
+                self.resolution_zyx
+            ));
         }
         Ok(())
     }
 }
 
 fn fmt_num(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v}") }
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
 }
 
 /// The file name of a chunk (`x0-x1_y0-y1_z0-z1`) from its `[z, y, x]` box.
 pub fn chunk_name(lo: [usize; 3], hi: [usize; 3]) -> String {
-    format!("{}-{}_{}-{}_{}-{}", lo[2], hi[2], lo[1], hi[1], lo[0], hi[0])
+    format!(
+        "{}-{}_{}-{}_{}-{}",
+        lo[2], hi[2], lo[1], hi[1], lo[0], hi[0]
+    )
 }
 
 /// Writes a precomputed volume slab by slab (each slab one chunk row thick along z).
@@ -174,10 +208,16 @@ impl PrecomputedWriter {
         info.check(&dir.join("info"))?;
         let scale = dir.join(info.key());
         std::fs::create_dir_all(&scale).map_err(|e| IoError::os(&scale, e))?;
-        let text = serde_json::to_string_pretty(&info.to_json())
-            .map_err(|e| IoError::Config { path: dir.join("info"), reason: e.to_string() })?;
+        let text = serde_json::to_string_pretty(&info.to_json()).map_err(|e| IoError::Config {
+            path: dir.join("info"),
+            reason: e.to_string(),
+        })?;
         write_file(&dir.join("info"), text.as_bytes())?;
-        Ok(Self { dir: dir.to_path_buf(), info, next_z: 0 })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            info,
+            next_z: 0,
+        })
     }
 
     /// The description being written.
@@ -207,7 +247,8 @@ impl PrecomputedWriter {
         }
         let dt = self.info.data_type;
         for (lo, hi) in self.info.chunks_at(z0) {
-            let mut bytes = Vec::with_capacity((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]) * dt.size());
+            let mut bytes =
+                Vec::with_capacity((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]) * dt.size());
             for z in lo[0]..hi[0] {
                 for y in lo[1]..hi[1] {
                     for x in lo[2]..hi[2] {
@@ -242,7 +283,10 @@ impl PrecomputedWriter {
         if self.next_z != self.info.shape_zyx[0] {
             return Err(IoError::Config {
                 path: self.dir.clone(),
-                reason: format!("only z 0..{} of {} was written", self.next_z, self.info.shape_zyx[0]),
+                reason: format!(
+                    "only z 0..{} of {} was written",
+                    self.next_z, self.info.shape_zyx[0]
+                ),
             });
         }
         Ok(())
@@ -255,11 +299,22 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
 }
 
 fn field<'a>(v: &'a Value, key: &str, path: &Path) -> Result<&'a Value, IoError> {
-    v.get(key).ok_or_else(|| IoError::Config { path: path.into(), reason: format!("missing field '{key}'") })
+    v.get(key).ok_or_else(|| IoError::Config {
+        path: path.into(),
+        reason: format!("missing field '{key}'"),
+    })
 }
 
-fn triple<T>(v: &Value, key: &str, path: &Path, get: impl Fn(&Value) -> Option<T>) -> Result<[T; 3], IoError> {
-    let bad = || IoError::Config { path: path.into(), reason: format!("field '{key}': expected 3 numbers, found {v}") };
+fn triple<T>(
+    v: &Value,
+    key: &str,
+    path: &Path,
+    get: impl Fn(&Value) -> Option<T>,
+) -> Result<[T; 3], IoError> {
+    let bad = || IoError::Config {
+        path: path.into(),
+        reason: format!("field '{key}': expected 3 numbers, found {v}"),
+    };
     let a = v.as_array().filter(|a| a.len() == 3).ok_or_else(bad)?;
     let x = get(&a[0]).ok_or_else(bad)?;
     let y = get(&a[1]).ok_or_else(bad)?;
@@ -272,19 +327,34 @@ fn triple<T>(v: &Value, key: &str, path: &Path, get: impl Fn(&Value) -> Option<T
 pub fn read_info(dir: &Path) -> Result<PrecomputedInfo, IoError> {
     let path = dir.join("info");
     let text = std::fs::read_to_string(&path).map_err(|e| IoError::os(&path, e))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| IoError::Config { path: path.clone(), reason: e.to_string() })?;
-    let bad = |reason: String| IoError::Config { path: path.clone(), reason };
+    let v: Value = serde_json::from_str(&text).map_err(|e| IoError::Config {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    let bad = |reason: String| IoError::Config {
+        path: path.clone(),
+        reason,
+    };
     let layer = match field(&v, "type", &path)?.as_str() {
         Some("image") => LayerType::Image,
         Some("segmentation") => LayerType::Segmentation,
-        other => return Err(bad(format!("field 'type': expected \"image\" or \"segmentation\", found {other:?}"))),
+        other => {
+            return Err(bad(format!(
+                "field 'type': expected \"image\" or \"segmentation\", found {other:?}"
+            )));
+        }
     };
     let dt = field(&v, "data_type", &path)?.as_str().unwrap_or("");
-    let data_type =
-        DataType::parse(dt).ok_or_else(|| bad(format!("field 'data_type': expected uint8, uint32 or uint64, found {dt:?}")))?;
+    let data_type = DataType::parse(dt).ok_or_else(|| {
+        bad(format!(
+            "field 'data_type': expected uint8, uint32 or uint64, found {dt:?}"
+        ))
+    })?;
     let channels = field(&v, "num_channels", &path)?.as_u64();
     if channels != Some(1) {
-        return Err(bad(format!("field 'num_channels': expected 1, found {channels:?}")));
+        return Err(bad(format!(
+            "field 'num_channels': expected 1, found {channels:?}"
+        )));
     }
     let scale = field(&v, "scales", &path)?
         .as_array()
@@ -292,7 +362,9 @@ pub fn read_info(dir: &Path) -> Result<PrecomputedInfo, IoError> {
         .ok_or_else(|| bad("field 'scales': expected a non-empty list".into()))?;
     let enc = field(scale, "encoding", &path)?.as_str();
     if enc != Some("raw") {
-        return Err(bad(format!("field 'encoding': only \"raw\" is read here, found {enc:?}")));
+        return Err(bad(format!(
+            "field 'encoding': only \"raw\" is read here, found {enc:?}"
+        )));
     }
     let as_usize = |x: &Value| x.as_u64().and_then(|n| usize::try_from(n).ok());
     let shape_zyx = triple(field(scale, "size", &path)?, "size", &path, as_usize)?;
@@ -301,18 +373,37 @@ pub fn read_info(dir: &Path) -> Result<PrecomputedInfo, IoError> {
         .and_then(|a| a.first())
         .ok_or_else(|| bad("field 'chunk_sizes': expected a non-empty list".into()))?;
     let chunk_zyx = triple(chunk, "chunk_sizes", &path, as_usize)?;
-    let resolution_zyx = triple(field(scale, "resolution", &path)?, "resolution", &path, Value::as_f64)?;
-    let info = PrecomputedInfo { layer, data_type, shape_zyx, chunk_zyx, resolution_zyx };
+    let resolution_zyx = triple(
+        field(scale, "resolution", &path)?,
+        "resolution",
+        &path,
+        Value::as_f64,
+    )?;
+    let info = PrecomputedInfo {
+        layer,
+        data_type,
+        shape_zyx,
+        chunk_zyx,
+        resolution_zyx,
+    };
     info.check(&path)?;
     let key = field(scale, "key", &path)?.as_str().unwrap_or("");
     if key != info.key() {
-        return Err(bad(format!("field 'key': this reader expects the resolution key {:?}, found {key:?}", info.key())));
+        return Err(bad(format!(
+            "field 'key': this reader expects the resolution key {:?}, found {key:?}",
+            info.key()
+        )));
     }
     Ok(info)
 }
 
 /// Reads one chunk file (box `lo..hi`, `[z, y, x]`) as `u64` values, axes z, y, x.
-pub fn read_chunk(dir: &Path, info: &PrecomputedInfo, lo: [usize; 3], hi: [usize; 3]) -> Result<Array3<u64>, IoError> {
+pub fn read_chunk(
+    dir: &Path,
+    info: &PrecomputedInfo,
+    lo: [usize; 3],
+    hi: [usize; 3],
+) -> Result<Array3<u64>, IoError> {
     let path = dir.join(info.key()).join(chunk_name(lo, hi));
     let bytes = std::fs::read(&path).map_err(|e| IoError::os(&path, e))?;
     let n = [0, 1, 2].map(|a| hi[a].saturating_sub(lo[a]));
@@ -321,7 +412,11 @@ pub fn read_chunk(dir: &Path, info: &PrecomputedInfo, lo: [usize; 3], hi: [usize
     if bytes.len() != want {
         return Err(IoError::Config {
             path,
-            reason: format!("chunk of {n:?} (z, y, x) {}: expected {want} bytes, found {}", info.data_type.name(), bytes.len()),
+            reason: format!(
+                "chunk of {n:?} (z, y, x) {}: expected {want} bytes, found {}",
+                info.data_type.name(),
+                bytes.len()
+            ),
         });
     }
     let values: Vec<u64> = bytes
@@ -329,11 +424,15 @@ pub fn read_chunk(dir: &Path, info: &PrecomputedInfo, lo: [usize; 3], hi: [usize
         .map(|b| match info.data_type {
             DataType::Uint8 => b[0] as u64,
             DataType::Uint32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64,
-            DataType::Uint64 => u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+            DataType::Uint64 => {
+                u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+            }
         })
         .collect();
-    Array3::from_shape_vec((n[0], n[1], n[2]), values)
-        .map_err(|e| IoError::Config { path: dir.to_path_buf(), reason: e.to_string() })
+    Array3::from_shape_vec((n[0], n[1], n[2]), values).map_err(|e| IoError::Config {
+        path: dir.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// Reads a whole precomputed volume (every chunk) as `u64`, axes z, y, x.
@@ -344,7 +443,8 @@ pub fn read_volume(dir: &Path) -> Result<(PrecomputedInfo, Array3<u64>), IoError
     for z0 in (0..s[0]).step_by(info.chunk_zyx[0]) {
         for (lo, hi) in info.chunks_at(z0) {
             let c = read_chunk(dir, &info, lo, hi)?;
-            out.slice_mut(ndarray::s![lo[0]..hi[0], lo[1]..hi[1], lo[2]..hi[2]]).assign(&c);
+            out.slice_mut(ndarray::s![lo[0]..hi[0], lo[1]..hi[1], lo[2]..hi[2]])
+                .assign(&c);
         }
     }
     Ok((info, out))
@@ -372,9 +472,17 @@ mod tests {
     fn round_trip_with_partial_edge_chunks() {
         let dir = tempfile::tempdir().unwrap();
         for (dt, layer, f) in [
-            (DataType::Uint8, LayerType::Image, (|z, y, x| ((z * 7 + y * 3 + x) % 256) as u64) as fn(usize, usize, usize) -> u64),
-            (DataType::Uint32, LayerType::Segmentation, |z, y, x| (z * 1000 + y * 10 + x) as u64 + 70_000),
-            (DataType::Uint64, LayerType::Segmentation, |z, y, x| (1u64 << 40) + (z + y + x) as u64),
+            (
+                DataType::Uint8,
+                LayerType::Image,
+                (|z, y, x| ((z * 7 + y * 3 + x) % 256) as u64) as fn(usize, usize, usize) -> u64,
+            ),
+            (DataType::Uint32, LayerType::Segmentation, |z, y, x| {
+                (z * 1000 + y * 10 + x) as u64 + 70_000
+            }),
+            (DataType::Uint64, LayerType::Segmentation, |z, y, x| {
+                (1u64 << 40) + (z + y + x) as u64
+            }),
         ] {
             let d = dir.path().join(dt.name());
             let shape = [11, 9, 13];
@@ -393,7 +501,8 @@ mod tests {
             // Chunk names and sizes as Neuroglancer expects: x-range first, cut at the edges.
             let c = std::fs::read(d.join("8_8_40").join("8-13_5-9_8-11")).unwrap();
             assert_eq!(c.len(), 5 * 4 * 3 * dt.size());
-            let info_json: Value = serde_json::from_str(&std::fs::read_to_string(d.join("info")).unwrap()).unwrap();
+            let info_json: Value =
+                serde_json::from_str(&std::fs::read_to_string(d.join("info")).unwrap()).unwrap();
             assert_eq!(info_json["scales"][0]["size"], json!([13, 9, 11]));
             assert_eq!(info_json["scales"][0]["chunk_sizes"], json!([[8, 5, 4]]));
         }
@@ -410,12 +519,22 @@ mod tests {
             resolution_zyx: [1.0, 1.0, 1.0],
         };
         let big = volume([2, 2, 2], |_, _, _| 1u64 << 33);
-        let e = write_all(dir.path(), info.clone(), &big).unwrap_err().to_string();
+        let e = write_all(dir.path(), info.clone(), &big)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("does not fit the data type uint32"), "{e}");
         let mut w = PrecomputedWriter::create(dir.path(), info.clone()).unwrap();
-        let e = w.write_slab(volume([1, 2, 2], |_, _, _| 1).view()).unwrap_err().to_string();
+        let e = w
+            .write_slab(volume([1, 2, 2], |_, _, _| 1).view())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("expected shape [2, 2, 2]"), "{e}");
-        assert!(w.finish().unwrap_err().to_string().contains("only z 0..0 of 2"));
+        assert!(
+            w.finish()
+                .unwrap_err()
+                .to_string()
+                .contains("only z 0..0 of 2")
+        );
         // A truncated chunk.
         write_all(dir.path(), info.clone(), &volume([2, 2, 2], |_, _, _| 3)).unwrap();
         std::fs::write(dir.path().join("1_1_1").join("0-2_0-2_0-2"), [0u8; 5]).unwrap();
@@ -424,7 +543,10 @@ mod tests {
         std::fs::write(dir.path().join("info"), "{\"type\": \"mesh\"}").unwrap();
         let e = read_info(dir.path()).unwrap_err().to_string();
         assert!(e.contains("field 'type'"), "{e}");
-        let bad = PrecomputedInfo { chunk_zyx: [0, 1, 1], ..info };
+        let bad = PrecomputedInfo {
+            chunk_zyx: [0, 1, 1],
+            ..info
+        };
         assert!(PrecomputedWriter::create(&dir.path().join("x"), bad).is_err());
     }
 }

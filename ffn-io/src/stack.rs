@@ -23,7 +23,9 @@ fn wildcard_match(pattern: &[char], name: &[char]) -> bool {
 fn slice_number(path: &Path) -> Option<u64> {
     let stem = path.file_stem()?.to_str()?;
     let end = stem.rfind(|c: char| c.is_ascii_digit())? + 1;
-    let start = stem[..end].rfind(|c: char| !c.is_ascii_digit()).map_or(0, |i| i + 1);
+    let start = stem[..end]
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
     stem[start..end].parse().ok()
 }
 
@@ -31,20 +33,31 @@ fn slice_number(path: &Path) -> Option<u64> {
 /// whose file-name part may hold `*` and `?` (e.g. `maps/iso.*.png`). Every file must carry a number
 /// in its name, and no two the same one.
 pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
-    let err = |reason: String| IoError::Stack { source_desc: source.to_string(), reason };
+    let err = |reason: String| IoError::Stack {
+        source_desc: source.to_string(),
+        reason,
+    };
     let src = Path::new(source);
     let (dir, pattern): (PathBuf, Vec<char>) = if src.is_dir() {
         (src.to_path_buf(), "*.png".chars().collect())
     } else {
-        let name = src.file_name().and_then(|n| n.to_str()).ok_or_else(|| err("no file name or pattern".into()))?;
+        let name = src
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| err("no file name or pattern".into()))?;
         if !name.contains(['*', '?']) {
             return Err(if src.exists() {
                 err("expected a folder of PNG slices or a pattern such as 'dir/*.png', found a single file".into())
             } else {
-                IoError::NotFound { path: src.to_path_buf() }
+                IoError::NotFound {
+                    path: src.to_path_buf(),
+                }
             });
         }
-        let parent = src.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let parent = src
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         (parent.to_path_buf(), name.chars().collect())
     };
     let entries = fs::read_dir(&dir).map_err(|e| IoError::os(&dir, e))?;
@@ -59,8 +72,11 @@ pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
             continue;
         }
         let path = entry.path();
-        let n = slice_number(&path)
-            .ok_or_else(|| err(format!("slice '{name}' has no number in its name to order it by")))?;
+        let n = slice_number(&path).ok_or_else(|| {
+            err(format!(
+                "slice '{name}' has no number in its name to order it by"
+            ))
+        })?;
         found.push((n, path));
     }
     if found.is_empty() {
@@ -80,14 +96,23 @@ pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
 
 /// Decodes one 8-bit (or lower bit depth) grayscale PNG: `(width, height, row-major pixels)`.
 pub fn read_png_slice(path: &Path) -> Result<(u32, u32, Vec<u8>), IoError> {
-    let bad = |reason: String| IoError::Image { path: path.into(), reason };
+    let bad = |reason: String| IoError::Image {
+        path: path.into(),
+        reason,
+    };
     let file = fs::File::open(path).map_err(|e| IoError::os(path, e))?;
     let mut decoder = png::Decoder::new(BufReader::new(file));
     decoder.set_transformations(png::Transformations::EXPAND);
-    let mut reader = decoder.read_info().map_err(|e| bad(format!("not a readable PNG: {e}")))?;
-    let size = reader.output_buffer_size().ok_or_else(|| bad("image too large".into()))?;
+    let mut reader = decoder
+        .read_info()
+        .map_err(|e| bad(format!("not a readable PNG: {e}")))?;
+    let size = reader
+        .output_buffer_size()
+        .ok_or_else(|| bad("image too large".into()))?;
     let mut buf = vec![0u8; size];
-    let info = reader.next_frame(&mut buf).map_err(|e| bad(format!("not a readable PNG: {e}")))?;
+    let info = reader
+        .next_frame(&mut buf)
+        .map_err(|e| bad(format!("not a readable PNG: {e}")))?;
     if info.color_type != png::ColorType::Grayscale || info.bit_depth != png::BitDepth::Eight {
         return Err(bad(format!(
             "expected an 8-bit grayscale PNG, found {:?} with {} bits per sample",
@@ -147,7 +172,13 @@ pub fn import_stack(source: &str, out: &VolumeSpec) -> Result<[usize; 3], IoErro
 mod tests {
     use super::*;
 
-    fn write_png(path: &Path, w: u32, h: u32, color: png::ColorType, fill: impl Fn(u32, u32) -> u8) {
+    fn write_png(
+        path: &Path,
+        w: u32,
+        h: u32,
+        color: png::ColorType,
+        fill: impl Fn(u32, u32) -> u8,
+    ) {
         let file = fs::File::create(path).unwrap();
         let mut enc = png::Encoder::new(std::io::BufWriter::new(file), w, h);
         enc.set_color(color);
@@ -166,7 +197,12 @@ mod tests {
         assert_eq!(slice_number(Path::new("d/iso.2600.png")), Some(2600));
         assert_eq!(slice_number(Path::new("s_007_v2.png")), Some(2));
         assert_eq!(slice_number(Path::new("abc.png")), None);
-        let m = |p: &str, n: &str| wildcard_match(&p.chars().collect::<Vec<_>>(), &n.chars().collect::<Vec<_>>());
+        let m = |p: &str, n: &str| {
+            wildcard_match(
+                &p.chars().collect::<Vec<_>>(),
+                &n.chars().collect::<Vec<_>>(),
+            )
+        };
         assert!(m("iso.*.png", "iso.12.png") && m("*.png", "a.png") && m("a?c", "abc"));
         assert!(!m("iso.*.png", "isox12.png") && !m("a?c", "ac"));
     }
@@ -176,9 +212,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // z = 9, 10, 100: string order would put 10 and 100 before 9.
         for (z, n) in [(0u8, 9), (1, 10), (2, 100)] {
-            write_png(&dir.path().join(format!("s.{n}.png")), 5, 3, png::ColorType::Grayscale, |x, y| {
-                z * 100 + (y * 10 + x) as u8
-            });
+            write_png(
+                &dir.path().join(format!("s.{n}.png")),
+                5,
+                3,
+                png::ColorType::Grayscale,
+                |x, y| z * 100 + (y * 10 + x) as u8,
+            );
         }
         fs::write(dir.path().join("notes.txt"), "not a slice").unwrap();
         let out = VolumeSpec::new(dir.path().join("raw.h5"), "raw");
@@ -195,23 +235,63 @@ mod tests {
     #[test]
     fn odd_slices_are_named() {
         let dir = tempfile::tempdir().unwrap();
-        write_png(&dir.path().join("a1.png"), 4, 4, png::ColorType::Grayscale, |_, _| 1);
-        write_png(&dir.path().join("a2.png"), 4, 5, png::ColorType::Grayscale, |_, _| 1);
+        write_png(
+            &dir.path().join("a1.png"),
+            4,
+            4,
+            png::ColorType::Grayscale,
+            |_, _| 1,
+        );
+        write_png(
+            &dir.path().join("a2.png"),
+            4,
+            5,
+            png::ColorType::Grayscale,
+            |_, _| 1,
+        );
         let src = dir.path().to_str().unwrap();
-        let e = read_stack(&find_slices(src).unwrap()).unwrap_err().to_string();
-        assert!(e.contains("a2.png: slice of size 4x5") && e.contains("a1.png is 4x4"), "{e}");
-        write_png(&dir.path().join("a2.png"), 4, 4, png::ColorType::Rgb, |_, _| 1);
-        let e = read_stack(&find_slices(src).unwrap()).unwrap_err().to_string();
-        assert!(e.contains("a2.png: expected an 8-bit grayscale PNG, found Rgb"), "{e}");
+        let e = read_stack(&find_slices(src).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a2.png: slice of size 4x5") && e.contains("a1.png is 4x4"),
+            "{e}"
+        );
+        write_png(
+            &dir.path().join("a2.png"),
+            4,
+            4,
+            png::ColorType::Rgb,
+            |_, _| 1,
+        );
+        let e = read_stack(&find_slices(src).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a2.png: expected an 8-bit grayscale PNG, found Rgb"),
+            "{e}"
+        );
         fs::write(dir.path().join("a2.png"), b"garbage").unwrap();
-        let e = read_stack(&find_slices(src).unwrap()).unwrap_err().to_string();
+        let e = read_stack(&find_slices(src).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a2.png: not a readable PNG"), "{e}");
-        write_png(&dir.path().join("a02.png"), 4, 4, png::ColorType::Grayscale, |_, _| 1);
+        write_png(
+            &dir.path().join("a02.png"),
+            4,
+            4,
+            png::ColorType::Grayscale,
+            |_, _| 1,
+        );
         let e = find_slices(src).unwrap_err().to_string();
         assert!(e.contains("same number 2"), "{e}");
-        let e = find_slices(dir.path().join("zz*.png").to_str().unwrap()).unwrap_err().to_string();
+        let e = find_slices(dir.path().join("zz*.png").to_str().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no PNG slices found"), "{e}");
-        let e = find_slices(dir.path().join("missing").to_str().unwrap()).unwrap_err().to_string();
+        let e = find_slices(dir.path().join("missing").to_str().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("missing: file not found"), "{e}");
     }
 }

@@ -173,7 +173,9 @@ pub fn bundle_prefix(path: &Path) -> PathBuf {
 /// True when `path` names a TF bundle (its `.index` file exists and ends with the table magic).
 pub fn is_tf_checkpoint(path: &Path) -> bool {
     let index = index_path(&bundle_prefix(path));
-    let Ok(bytes) = fs::read(index) else { return false };
+    let Ok(bytes) = fs::read(index) else {
+        return false;
+    };
     bytes.len() >= FOOTER_LEN && bytes[bytes.len() - 8..] == TABLE_MAGIC.to_le_bytes()
 }
 
@@ -201,7 +203,10 @@ impl<'a> Cursor<'a> {
     fn varint(&mut self) -> Result<u64, String> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
-            let byte = *self.buf.get(self.pos).ok_or("varint runs past the end of its record")?;
+            let byte = *self
+                .buf
+                .get(self.pos)
+                .ok_or("varint runs past the end of its record")?;
             self.pos += 1;
             value |= u64::from(byte & 0x7F) << shift;
             if byte & 0x80 == 0 {
@@ -212,9 +217,17 @@ impl<'a> Cursor<'a> {
     }
 
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| {
-            format!("record of {n} bytes at offset {} runs past the end ({} bytes)", self.pos, self.buf.len())
-        })?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| {
+                format!(
+                    "record of {n} bytes at offset {} runs past the end ({} bytes)",
+                    self.pos,
+                    self.buf.len()
+                )
+            })?;
         let out = &self.buf[self.pos..end];
         self.pos = end;
         Ok(out)
@@ -248,7 +261,11 @@ fn next_field<'a>(c: &mut Cursor<'a>) -> Result<(u64, Field<'a>), String> {
             Field::Bytes(c.bytes(n)?)
         }
         5 => Field::Fixed32(c.fixed32()?),
-        other => return Err(format!("unsupported protobuf wire type {other} in field {number}")),
+        other => {
+            return Err(format!(
+                "unsupported protobuf wire type {other} in field {number}"
+            ));
+        }
     };
     Ok((number, field))
 }
@@ -296,7 +313,9 @@ fn parse_entry(name: String, value: &[u8]) -> Result<TfEntry, String> {
         match next_field(&mut c)? {
             (1, Field::Varint(v)) => e.dtype = TfDtype::from_code(v),
             (2, Field::Bytes(b)) => e.shape = parse_shape(b)?,
-            (3, Field::Varint(v)) => e.shard_id = u32::try_from(v).map_err(|_| "shard id out of range")?,
+            (3, Field::Varint(v)) => {
+                e.shard_id = u32::try_from(v).map_err(|_| "shard id out of range")?
+            }
             (4, Field::Varint(v)) => e.offset = v,
             (5, Field::Varint(v)) => e.size = v,
             (6, Field::Fixed32(v)) => e.masked_crc32c = v,
@@ -308,27 +327,49 @@ fn parse_entry(name: String, value: &[u8]) -> Result<TfEntry, String> {
 }
 
 /// Reads the block at `handle` (offset, size) of the table, checks its trailer and CRC.
-fn read_block<'a>(index: &'a [u8], offset: u64, size: u64, what: &str, path: &Path) -> Result<&'a [u8], IoError> {
-    let bad = |reason: String| IoError::TfBundle { path: path.into(), reason };
-    let start = usize::try_from(offset).map_err(|_| bad(format!("{what} offset {offset} out of range")))?;
+fn read_block<'a>(
+    index: &'a [u8],
+    offset: u64,
+    size: u64,
+    what: &str,
+    path: &Path,
+) -> Result<&'a [u8], IoError> {
+    let bad = |reason: String| IoError::TfBundle {
+        path: path.into(),
+        reason,
+    };
+    let start =
+        usize::try_from(offset).map_err(|_| bad(format!("{what} offset {offset} out of range")))?;
     let len = usize::try_from(size).map_err(|_| bad(format!("{what} size {size} out of range")))?;
     let end = start
         .checked_add(len)
         .and_then(|e| e.checked_add(BLOCK_TRAILER_LEN))
         .filter(|&e| e <= index.len())
         .ok_or_else(|| {
-            bad(format!("{what} at {offset}+{size} runs past the end of the file ({} bytes): truncated?", index.len()))
+            bad(format!(
+                "{what} at {offset}+{size} runs past the end of the file ({} bytes): truncated?",
+                index.len()
+            ))
         })?;
     let block = &index[start..start + len];
     let kind = index[start + len];
     let trailer = &index[start + len + 1..end];
-    let stored = crc32c::unmask(u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]));
+    let stored = crc32c::unmask(u32::from_le_bytes([
+        trailer[0], trailer[1], trailer[2], trailer[3],
+    ]));
     let actual = crc32c::extend(crc32c::crc32c(block), &[kind]);
     if stored != actual {
-        return Err(IoError::Crc { path: path.into(), what: what.into(), expected: stored, found: actual });
+        return Err(IoError::Crc {
+            path: path.into(),
+            what: what.into(),
+            expected: stored,
+            found: actual,
+        });
     }
     if kind != 0 {
-        return Err(bad(format!("{what} is compressed (type {kind}); only uncompressed tables are supported")));
+        return Err(bad(format!(
+            "{what} is compressed (type {kind}); only uncompressed tables are supported"
+        )));
     }
     Ok(block)
 }
@@ -339,7 +380,8 @@ fn block_entries(block: &[u8]) -> Result<Vec<(Vec<u8>, &[u8])>, String> {
         return Err("block shorter than its restart count".into());
     }
     let n = block.len();
-    let restarts = u32::from_le_bytes([block[n - 4], block[n - 3], block[n - 2], block[n - 1]]) as usize;
+    let restarts =
+        u32::from_le_bytes([block[n - 4], block[n - 3], block[n - 2], block[n - 1]]) as usize;
     let data_end = restarts
         .checked_mul(4)
         .and_then(|r| r.checked_add(4))
@@ -353,7 +395,10 @@ fn block_entries(block: &[u8]) -> Result<Vec<(Vec<u8>, &[u8])>, String> {
         let non_shared = usize::try_from(c.varint()?).map_err(|_| "bad key length")?;
         let value_len = usize::try_from(c.varint()?).map_err(|_| "bad value length")?;
         if shared > key.len() {
-            return Err(format!("entry shares {shared} key bytes but the previous key has {}", key.len()));
+            return Err(format!(
+                "entry shares {shared} key bytes but the previous key has {}",
+                key.len()
+            ));
         }
         key.truncate(shared);
         key.extend_from_slice(c.bytes(non_shared)?);
@@ -379,12 +424,22 @@ impl TfBundle {
     }
 
     fn parse(prefix: PathBuf, path: &Path, index: &[u8]) -> Result<Self, IoError> {
-        let bad = |reason: String| IoError::TfBundle { path: path.into(), reason };
+        let bad = |reason: String| IoError::TfBundle {
+            path: path.into(),
+            reason,
+        };
         if index.len() < FOOTER_LEN {
-            return Err(bad(format!("{} bytes, shorter than the 48-byte table footer", index.len())));
+            return Err(bad(format!(
+                "{} bytes, shorter than the 48-byte table footer",
+                index.len()
+            )));
         }
         let footer = &index[index.len() - FOOTER_LEN..];
-        let magic = u64::from_le_bytes(footer[40..48].try_into().map_err(|_| bad("footer".into()))?);
+        let magic = u64::from_le_bytes(
+            footer[40..48]
+                .try_into()
+                .map_err(|_| bad("footer".into()))?,
+        );
         if magic != TABLE_MAGIC {
             return Err(bad(format!(
                 "footer magic {magic:#018x}, expected {TABLE_MAGIC:#018x} (not a tensor-bundle .index file, or truncated)"
@@ -396,7 +451,11 @@ impl TfBundle {
         let index_block = read_block(index, idx_off, idx_size, "index block", path)?;
         let mut entries = Vec::new();
         let mut num_shards = None;
-        for (i, (_, handle)) in block_entries(index_block).map_err(&bad)?.into_iter().enumerate() {
+        for (i, (_, handle)) in block_entries(index_block)
+            .map_err(&bad)?
+            .into_iter()
+            .enumerate()
+        {
             let (off, size) = block_handle(handle).map_err(&bad)?;
             let block = read_block(index, off, size, &format!("data block {i}"), path)?;
             for (key, value) in block_entries(block).map_err(&bad)? {
@@ -404,17 +463,27 @@ impl TfBundle {
                     num_shards = Some(parse_header(value).map_err(&bad)?);
                     continue;
                 }
-                let name = String::from_utf8(key).map_err(|_| bad("tensor name is not UTF-8".into()))?;
-                let entry = parse_entry(name.clone(), value).map_err(|r| bad(format!("entry '{name}': {r}")))?;
+                let name =
+                    String::from_utf8(key).map_err(|_| bad("tensor name is not UTF-8".into()))?;
+                let entry = parse_entry(name.clone(), value)
+                    .map_err(|r| bad(format!("entry '{name}': {r}")))?;
                 entries.push(entry);
             }
         }
-        let num_shards = num_shards.ok_or_else(|| bad("no bundle header (empty key) in the table".into()))?;
+        let num_shards =
+            num_shards.ok_or_else(|| bad("no bundle header (empty key) in the table".into()))?;
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         if let Some(e) = entries.iter().find(|e| e.shard_id >= num_shards) {
-            return Err(bad(format!("entry '{}' is in shard {} of {num_shards}", e.name, e.shard_id)));
+            return Err(bad(format!(
+                "entry '{}' is in shard {} of {num_shards}",
+                e.name, e.shard_id
+            )));
         }
-        Ok(Self { prefix, num_shards, entries })
+        Ok(Self {
+            prefix,
+            num_shards,
+            entries,
+        })
     }
 
     /// Every tensor, sorted by name.
@@ -424,7 +493,10 @@ impl TfBundle {
 
     /// The entry of one tensor.
     pub fn entry(&self, name: &str) -> Option<&TfEntry> {
-        self.entries.binary_search_by(|e| e.name.as_str().cmp(name)).ok().map(|i| &self.entries[i])
+        self.entries
+            .binary_search_by(|e| e.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.entries[i])
     }
 
     /// The `.index` file.
@@ -447,9 +519,14 @@ impl TfBundle {
             reason: format!("no tensor '{name}'"),
         })?;
         let data_path = self.data_path(entry.shard_id);
-        let bad = |reason: String| IoError::TfBundle { path: data_path.clone(), reason };
+        let bad = |reason: String| IoError::TfBundle {
+            path: data_path.clone(),
+            reason,
+        };
         if entry.sliced {
-            return Err(bad(format!("tensor '{name}' is partitioned into slices, which are not supported")));
+            return Err(bad(format!(
+                "tensor '{name}' is partitioned into slices, which are not supported"
+            )));
         }
         if let Some(elem) = entry.dtype.size() {
             let expected = entry.num_elements() as u64 * elem as u64;
@@ -463,17 +540,27 @@ impl TfBundle {
             }
         }
         let mut file = fs::File::open(&data_path).map_err(|e| IoError::os(&data_path, e))?;
-        let file_len = file.metadata().map_err(|e| IoError::os(&data_path, e))?.len();
-        if entry.offset.checked_add(entry.size).is_none_or(|end| end > file_len) {
+        let file_len = file
+            .metadata()
+            .map_err(|e| IoError::os(&data_path, e))?
+            .len();
+        if entry
+            .offset
+            .checked_add(entry.size)
+            .is_none_or(|end| end > file_len)
+        {
             return Err(bad(format!(
                 "tensor '{name}' at {}+{} lies past the end of the file ({file_len} bytes): truncated?",
                 entry.offset, entry.size
             )));
         }
-        let len = usize::try_from(entry.size).map_err(|_| bad(format!("tensor '{name}' too large")))?;
+        let len =
+            usize::try_from(entry.size).map_err(|_| bad(format!("tensor '{name}' too large")))?;
         let mut buf = vec![0u8; len];
-        file.seek(SeekFrom::Start(entry.offset)).map_err(|e| IoError::os(&data_path, e))?;
-        file.read_exact(&mut buf).map_err(|e| IoError::os(&data_path, e))?;
+        file.seek(SeekFrom::Start(entry.offset))
+            .map_err(|e| IoError::os(&data_path, e))?;
+        file.read_exact(&mut buf)
+            .map_err(|e| IoError::os(&data_path, e))?;
         if entry.dtype != TfDtype::String {
             let stored = crc32c::unmask(entry.masked_crc32c);
             let actual = crc32c::crc32c(&buf);
@@ -504,7 +591,10 @@ impl TfBundle {
         }
         let shape = entry.shape.clone();
         let raw = self.read_raw(name)?;
-        let values = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let values = raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
         Ok((shape, values))
     }
 }
@@ -515,11 +605,16 @@ fn parse_header(value: &[u8]) -> Result<u32, String> {
     while !c.done() {
         match next_field(&mut c)? {
             (1, Field::Varint(v)) => shards = v,
-            (2, Field::Varint(1)) => return Err("big-endian bundle; only little-endian is supported".into()),
+            (2, Field::Varint(1)) => {
+                return Err("big-endian bundle; only little-endian is supported".into());
+            }
             _ => {}
         }
     }
-    u32::try_from(shards).ok().filter(|&s| s >= 1).ok_or_else(|| format!("bad shard count {shards}"))
+    u32::try_from(shards)
+        .ok()
+        .filter(|&s| s >= 1)
+        .ok_or_else(|| format!("bad shard count {shards}"))
 }
 
 /// Reads the network weights of a google/ffn `convstack_3d` checkpoint into ffn-core's flat parameter
@@ -531,7 +626,10 @@ fn parse_header(value: &[u8]) -> Result<u32, String> {
 pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
     let bundle = TfBundle::open(path)?;
     let index = bundle.index_path();
-    let bad = |reason: String| IoError::TfBundle { path: index.clone(), reason };
+    let bad = |reason: String| IoError::TfBundle {
+        path: index.clone(),
+        reason,
+    };
     let scoped = |name: &str| format!("{FFN_SCOPE}{name}");
     let conv0 = bundle.entry(&scoped("conv0_a/weights")).ok_or_else(|| {
         bad(format!(
@@ -539,21 +637,36 @@ pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
             summarize_names(&bundle)
         ))
     })?;
-    let features = *conv0.shape.last().ok_or_else(|| bad("conv0_a/weights is a scalar".into()))?;
+    let features = *conv0
+        .shape
+        .last()
+        .ok_or_else(|| bad("conv0_a/weights is a scalar".into()))?;
     let mut depth = 1;
-    while bundle.entry(&scoped(&format!("conv{depth}_a/weights"))).is_some() {
+    while bundle
+        .entry(&scoped(&format!("conv{depth}_a/weights")))
+        .is_some()
+    {
         depth += 1;
     }
-    let config = ModelConfig { depth, features, ..ModelConfig::default() };
+    let config = ModelConfig {
+        depth,
+        features,
+        ..ModelConfig::default()
+    };
     let specs = config.param_specs();
     let mut params = vec![0f32; config.num_params()];
     for spec in &specs {
         let name = scoped(&spec.name);
         let entry = bundle.entry(&name).ok_or_else(|| {
-            bad(format!("missing variable '{name}' for a depth-{depth} network with {features} features"))
+            bad(format!(
+                "missing variable '{name}' for a depth-{depth} network with {features} features"
+            ))
         })?;
         if entry.shape != spec.shape {
-            return Err(bad(format!("variable '{name}': expected shape {:?}, found {:?}", spec.shape, entry.shape)));
+            return Err(bad(format!(
+                "variable '{name}': expected shape {:?}, found {:?}",
+                spec.shape, entry.shape
+            )));
         }
         let (_, values) = bundle.read_f32(&name)?;
         params[spec.offset..spec.offset + spec.len()].copy_from_slice(&values);
@@ -562,9 +675,18 @@ pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
 }
 
 fn summarize_names(bundle: &TfBundle) -> String {
-    let names: Vec<&str> = bundle.entries.iter().take(8).map(|e| e.name.as_str()).collect();
+    let names: Vec<&str> = bundle
+        .entries
+        .iter()
+        .take(8)
+        .map(|e| e.name.as_str())
+        .collect();
     let more = bundle.entries.len().saturating_sub(names.len());
-    if more > 0 { format!("{}, ... {more} more", names.join(", ")) } else { names.join(", ") }
+    if more > 0 {
+        format!("{}, ... {more} more", names.join(", "))
+    } else {
+        names.join(", ")
+    }
 }
 
 #[cfg(test)]
@@ -576,9 +698,18 @@ mod tests {
         // field 4 varint 300, field 6 fixed32, field 2 bytes "ab"
         let buf = [0x20, 0xAC, 0x02, 0x35, 1, 2, 3, 4, 0x12, 2, b'a', b'b'];
         let mut c = Cursor::new(&buf);
-        assert!(matches!(next_field(&mut c).unwrap(), (4, Field::Varint(300))));
-        assert!(matches!(next_field(&mut c).unwrap(), (6, Field::Fixed32(0x0403_0201))));
-        assert!(matches!(next_field(&mut c).unwrap(), (2, Field::Bytes(b"ab"))));
+        assert!(matches!(
+            next_field(&mut c).unwrap(),
+            (4, Field::Varint(300))
+        ));
+        assert!(matches!(
+            next_field(&mut c).unwrap(),
+            (6, Field::Fixed32(0x0403_0201))
+        ));
+        assert!(matches!(
+            next_field(&mut c).unwrap(),
+            (2, Field::Bytes(b"ab"))
+        ));
         assert!(c.done());
         let mut short = Cursor::new(&[0x80, 0x80]);
         assert!(short.varint().unwrap_err().contains("past the end"));
@@ -588,16 +719,23 @@ mod tests {
     fn prefix_from_any_file_of_the_bundle() {
         let p = Path::new("/m/model.ckpt-5");
         assert_eq!(bundle_prefix(Path::new("/m/model.ckpt-5.index")), p);
-        assert_eq!(bundle_prefix(Path::new("/m/model.ckpt-5.data-00000-of-00001")), p);
+        assert_eq!(
+            bundle_prefix(Path::new("/m/model.ckpt-5.data-00000-of-00001")),
+            p
+        );
         assert_eq!(bundle_prefix(p), p);
     }
 
     #[test]
     fn short_or_foreign_index_is_refused() {
         let p = Path::new("x.index");
-        let e = TfBundle::parse("x".into(), p, &[0u8; 10]).unwrap_err().to_string();
+        let e = TfBundle::parse("x".into(), p, &[0u8; 10])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("x.index") && e.contains("shorter than"), "{e}");
-        let e = TfBundle::parse("x".into(), p, &[0u8; 100]).unwrap_err().to_string();
+        let e = TfBundle::parse("x".into(), p, &[0u8; 100])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("footer magic"), "{e}");
     }
 }

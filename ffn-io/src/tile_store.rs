@@ -63,12 +63,20 @@ pub struct TileStore {
 }
 
 fn bad(path: &Path, reason: impl Into<String>) -> IoError {
-    IoError::Config { path: path.into(), reason: reason.into() }
+    IoError::Config {
+        path: path.into(),
+        reason: reason.into(),
+    }
 }
 
 fn unique_tmp(path: &Path) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
     name.push(format!(".tmp.{}.{nanos}", std::process::id()));
     path.with_file_name(name)
 }
@@ -101,12 +109,18 @@ impl TileStore {
             write_atomic(&manifest, doc.to_string().as_bytes())?;
         }
         let text = std::fs::read_to_string(&manifest).map_err(|e| IoError::os(&manifest, e))?;
-        let doc: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| bad(&manifest, format!("not a tile-store manifest: {e}")))?;
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| bad(&manifest, format!("not a tile-store manifest: {e}")))?;
         if doc.get("format").and_then(|v| v.as_str()) != Some("ffn-tile-store") {
-            return Err(bad(&manifest, "not a tile-store manifest: expected \"format\": \"ffn-tile-store\""));
+            return Err(bad(
+                &manifest,
+                "not a tile-store manifest: expected \"format\": \"ffn-tile-store\"",
+            ));
         }
-        let found = doc.get("fingerprint").and_then(|v| v.as_str()).unwrap_or("");
+        let found = doc
+            .get("fingerprint")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
         if found != fingerprint {
             return Err(bad(
                 &manifest,
@@ -116,7 +130,9 @@ impl TileStore {
                 ),
             ));
         }
-        Ok(Self { dir: dir.to_path_buf() })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
     }
 
     /// The folder.
@@ -144,11 +160,26 @@ impl TileStore {
         let path = self.tile_path(rec.index);
         let n: usize = rec.shape.iter().product();
         if rec.labels.len() != n {
-            return Err(bad(&path, format!("tile of shape {:?}: expected {n} labels, found {}", rec.shape, rec.labels.len())));
+            return Err(bad(
+                &path,
+                format!(
+                    "tile of shape {:?}: expected {n} labels, found {}",
+                    rec.shape,
+                    rec.labels.len()
+                ),
+            ));
         }
         let mut buf = Vec::with_capacity(128 + rec.meta.len());
         buf.extend_from_slice(MAGIC);
-        for v in [rec.index, rec.origin[0], rec.origin[1], rec.origin[2], rec.shape[0], rec.shape[1], rec.shape[2]] {
+        for v in [
+            rec.index,
+            rec.origin[0],
+            rec.origin[1],
+            rec.origin[2],
+            rec.shape[0],
+            rec.shape[1],
+            rec.shape[2],
+        ] {
             buf.extend_from_slice(&(v as u64).to_le_bytes());
         }
         buf.extend_from_slice(&rec.max_id().to_le_bytes());
@@ -169,7 +200,12 @@ impl TileStore {
     pub fn load(&self, index: usize) -> Result<TileRecord, IoError> {
         let path = self.tile_path(index);
         let bytes = std::fs::read(&path).map_err(|e| IoError::os(&path, e))?;
-        let damaged = |what: &str| bad(&path, format!("damaged tile file ({what}); delete it to recompute the tile"));
+        let damaged = |what: &str| {
+            bad(
+                &path,
+                format!("damaged tile file ({what}); delete it to recompute the tile"),
+            )
+        };
         if bytes.len() < 8 + 9 * 8 + 4 || &bytes[..8] != MAGIC {
             return Err(damaged("no FFNTILE1 header"));
         }
@@ -177,17 +213,26 @@ impl TileStore {
         let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
         let found = crc32c(body);
         if stored != found {
-            return Err(IoError::Crc { path, what: "tile file".into(), expected: stored, found });
+            return Err(IoError::Crc {
+                path,
+                what: "tile file".into(),
+                expected: stored,
+                found,
+            });
         }
         let mut pos = 8;
         let mut next = |len: usize| -> Result<&[u8], IoError> {
-            let s = body.get(pos..pos + len).ok_or_else(|| damaged("truncated"))?;
+            let s = body
+                .get(pos..pos + len)
+                .ok_or_else(|| damaged("truncated"))?;
             pos += len;
             Ok(s)
         };
         let mut word = || -> Result<u64, IoError> {
             let b = next(8)?;
-            Ok(u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            Ok(u64::from_le_bytes([
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+            ]))
         };
         let h: Vec<u64> = (0..9).map(|_| word()).collect::<Result<_, _>>()?;
         let to_usize = |v: u64| usize::try_from(v).map_err(|_| damaged("size out of range"));
@@ -197,25 +242,52 @@ impl TileStore {
             [to_usize(h[4])?, to_usize(h[5])?, to_usize(h[6])?],
         );
         if idx != index {
-            return Err(bad(&path, format!("holds tile {idx}, expected tile {index}")));
+            return Err(bad(
+                &path,
+                format!("holds tile {idx}, expected tile {index}"),
+            ));
         }
         let max_id = h[7];
         let meta_len = to_usize(h[8])?;
         let meta_start = 8 + 9 * 8;
-        let meta = body.get(meta_start..meta_start + meta_len).ok_or_else(|| damaged("truncated metadata"))?;
-        let meta = String::from_utf8(meta.to_vec()).map_err(|_| damaged("metadata is not UTF-8"))?;
+        let meta = body
+            .get(meta_start..meta_start + meta_len)
+            .ok_or_else(|| damaged("truncated metadata"))?;
+        let meta =
+            String::from_utf8(meta.to_vec()).map_err(|_| damaged("metadata is not UTF-8"))?;
         let p = meta_start + meta_len;
         let len_bytes = body.get(p..p + 8).ok_or_else(|| damaged("truncated"))?;
-        let packed_len = to_usize(u64::from_le_bytes(len_bytes.try_into().map_err(|_| damaged("truncated"))?))?;
-        let packed = body.get(p + 8..p + 8 + packed_len).ok_or_else(|| damaged("truncated labels"))?;
-        let n = shape.iter().try_fold(1usize, |a, &b| a.checked_mul(b)).ok_or_else(|| damaged("shape overflows"))?;
+        let packed_len = to_usize(u64::from_le_bytes(
+            len_bytes.try_into().map_err(|_| damaged("truncated"))?,
+        ))?;
+        let packed = body
+            .get(p + 8..p + 8 + packed_len)
+            .ok_or_else(|| damaged("truncated labels"))?;
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, &b| a.checked_mul(b))
+            .ok_or_else(|| damaged("shape overflows"))?;
         let mut raw = Vec::with_capacity(n.saturating_mul(8).min(1 << 32));
-        DeflateDecoder::new(packed).read_to_end(&mut raw).map_err(|_| damaged("labels do not inflate"))?;
+        DeflateDecoder::new(packed)
+            .read_to_end(&mut raw)
+            .map_err(|_| damaged("labels do not inflate"))?;
         if raw.len() != n * 8 {
-            return Err(damaged(&format!("expected {n} labels for shape {shape:?}, found {} bytes", raw.len())));
+            return Err(damaged(&format!(
+                "expected {n} labels for shape {shape:?}, found {} bytes",
+                raw.len()
+            )));
         }
-        let labels: Vec<u64> = raw.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))).collect();
-        let rec = TileRecord { index, origin, shape, labels, meta };
+        let labels: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            .collect();
+        let rec = TileRecord {
+            index,
+            origin,
+            shape,
+            labels,
+            meta,
+        };
         if rec.max_id() != max_id {
             return Err(damaged("max id differs from the labels"));
         }
@@ -228,9 +300,17 @@ impl TileStore {
         let path = self.tile_path(index);
         let mut f = std::fs::File::open(&path).map_err(|e| IoError::os(&path, e))?;
         let mut head = [0u8; 8 + 8 * 8];
-        f.read_exact(&mut head).map_err(|_| bad(&path, "damaged tile file (truncated header); delete it to recompute the tile"))?;
+        f.read_exact(&mut head).map_err(|_| {
+            bad(
+                &path,
+                "damaged tile file (truncated header); delete it to recompute the tile",
+            )
+        })?;
         if &head[..8] != MAGIC {
-            return Err(bad(&path, "damaged tile file (no FFNTILE1 header); delete it to recompute the tile"));
+            return Err(bad(
+                &path,
+                "damaged tile file (no FFNTILE1 header); delete it to recompute the tile",
+            ));
         }
         let mut w = [0u8; 8];
         w.copy_from_slice(&head[64..72]);
@@ -270,7 +350,9 @@ mod tests {
             index,
             origin: [1, 2, 3],
             shape: [2, 3, 4],
-            labels: (0..24u64).map(|i| if i % 5 == 0 { 0 } else { i / 5 + (1 << 40) }).collect(),
+            labels: (0..24u64)
+                .map(|i| if i % 5 == 0 { 0 } else { i / 5 + (1 << 40) })
+                .collect(),
             meta: "{\"segments\": 4}".into(),
         }
     }
@@ -287,13 +369,18 @@ mod tests {
         assert_eq!(store.max_id(3).unwrap(), record(3).max_id());
         assert!(store.max_id(4).is_err());
         // No temporary files are left behind.
-        let names: Vec<String> =
-            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         assert!(names.iter().all(|n| !n.contains(".tmp.")), "{names:?}");
         // Reopening with the same fingerprint keeps the tiles; another fingerprint is refused.
         assert!(TileStore::open(dir.path(), "fp-1").unwrap().is_done(3));
         let e = TileStore::open(dir.path(), "fp-2").unwrap_err().to_string();
-        assert!(e.contains("expected fingerprint \"fp-2\", found \"fp-1\""), "{e}");
+        assert!(
+            e.contains("expected fingerprint \"fp-2\", found \"fp-1\""),
+            "{e}"
+        );
     }
 
     #[test]
@@ -309,14 +396,32 @@ mod tests {
         let e = store.load(0).unwrap_err().to_string();
         assert!(e.contains("checksum mismatch"), "{e}");
         std::fs::write(&path, b"FFNTILE1short").unwrap();
-        assert!(store.load(0).unwrap_err().to_string().contains("damaged tile file"));
+        assert!(
+            store
+                .load(0)
+                .unwrap_err()
+                .to_string()
+                .contains("damaged tile file")
+        );
         // A tile saved under the wrong index.
         store.save(&record(1)).unwrap();
         std::fs::rename(store.tile_path(1), store.tile_path(2)).unwrap();
-        assert!(store.load(2).unwrap_err().to_string().contains("holds tile 1, expected tile 2"));
+        assert!(
+            store
+                .load(2)
+                .unwrap_err()
+                .to_string()
+                .contains("holds tile 1, expected tile 2")
+        );
         let mut short = record(4);
         short.labels.pop();
-        assert!(store.save(&short).unwrap_err().to_string().contains("expected 24 labels, found 23"));
+        assert!(
+            store
+                .save(&short)
+                .unwrap_err()
+                .to_string()
+                .contains("expected 24 labels, found 23")
+        );
     }
 
     #[test]

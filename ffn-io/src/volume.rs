@@ -32,7 +32,10 @@ pub struct VolumeSpec {
 impl VolumeSpec {
     /// A spec from its two parts.
     pub fn new(path: impl Into<PathBuf>, dataset: impl Into<String>) -> Self {
-        Self { path: path.into(), dataset: dataset.into() }
+        Self {
+            path: path.into(),
+            dataset: dataset.into(),
+        }
     }
 }
 
@@ -47,8 +50,13 @@ impl FromStr for VolumeSpec {
 
     /// Parses `file.h5:dataset`; the split is at the last `:`.
     fn from_str(s: &str) -> Result<Self, IoError> {
-        let bad = |reason: &str| IoError::InvalidSpec { spec: s.to_string(), reason: reason.into() };
-        let (file, dataset) = s.rsplit_once(':').ok_or_else(|| bad("no ':' between file and dataset"))?;
+        let bad = |reason: &str| IoError::InvalidSpec {
+            spec: s.to_string(),
+            reason: reason.into(),
+        };
+        let (file, dataset) = s
+            .rsplit_once(':')
+            .ok_or_else(|| bad("no ':' between file and dataset"))?;
         let dataset = dataset.trim_matches('/');
         if file.is_empty() {
             return Err(bad("empty file name"));
@@ -73,13 +81,19 @@ fn dtype_name(d: &TypeDescriptor) -> String {
 }
 
 fn hdf5_err(spec: &dyn fmt::Display, e: hdf5::Error) -> IoError {
-    IoError::Hdf5 { spec: spec.to_string(), detail: one_line(&e.to_string()) }
+    IoError::Hdf5 {
+        spec: spec.to_string(),
+        detail: one_line(&e.to_string()),
+    }
 }
 
 /// Opens an HDF5 file for reading, with a clear error for a missing or non-HDF5 file.
 pub fn open_file(path: &Path) -> Result<File, IoError> {
     std::fs::metadata(path).map_err(|e| IoError::os(path, e))?;
-    File::open(path).map_err(|e| IoError::NotHdf5 { path: path.into(), detail: one_line(&e.to_string()) })
+    File::open(path).map_err(|e| IoError::NotHdf5 {
+        path: path.into(),
+        detail: one_line(&e.to_string()),
+    })
 }
 
 /// Names of every dataset in the file (recursively, `group/name`), sorted.
@@ -91,8 +105,15 @@ pub fn list_datasets(path: &Path) -> Result<Vec<String>, IoError> {
     Ok(out)
 }
 
-fn collect_datasets(group: &hdf5::Group, prefix: &str, out: &mut Vec<String>, path: &Path) -> Result<(), IoError> {
-    let names = group.member_names().map_err(|e| hdf5_err(&path.display(), e))?;
+fn collect_datasets(
+    group: &hdf5::Group,
+    prefix: &str,
+    out: &mut Vec<String>,
+    path: &Path,
+) -> Result<(), IoError> {
+    let names = group
+        .member_names()
+        .map_err(|e| hdf5_err(&path.display(), e))?;
     for name in names {
         let full = format!("{prefix}{name}");
         if group.dataset(&name).is_ok() {
@@ -113,14 +134,24 @@ pub fn open_dataset(spec: &VolumeSpec) -> Result<Dataset, IoError> {
             let mut names = Vec::new();
             collect_datasets(&file, "", &mut names, &spec.path)?;
             names.sort();
-            let available = if names.is_empty() { "none".to_string() } else { names.join(", ") };
-            Err(IoError::MissingDataset { path: spec.path.clone(), dataset: spec.dataset.clone(), available })
+            let available = if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            };
+            Err(IoError::MissingDataset {
+                path: spec.path.clone(),
+                dataset: spec.dataset.clone(),
+                available,
+            })
         }
     }
 }
 
 fn element_type(spec: &VolumeSpec, ds: &Dataset) -> Result<TypeDescriptor, IoError> {
-    ds.dtype().and_then(|t| t.to_descriptor()).map_err(|e| hdf5_err(spec, e))
+    ds.dtype()
+        .and_then(|t| t.to_descriptor())
+        .map_err(|e| hdf5_err(spec, e))
 }
 
 fn check_rank3(spec: &VolumeSpec, shape: &[usize]) -> Result<[usize; 3], IoError> {
@@ -149,7 +180,12 @@ pub fn dataset_dtype(spec: &VolumeSpec) -> Result<String, IoError> {
 }
 
 /// Fails with [`IoError::ShapeMismatch`] unless the two volumes have one shape (e.g. image and labels).
-pub fn check_same_shape(a: &VolumeSpec, a_shape: &[usize], b: &VolumeSpec, b_shape: &[usize]) -> Result<(), IoError> {
+pub fn check_same_shape(
+    a: &VolumeSpec,
+    a_shape: &[usize],
+    b: &VolumeSpec,
+    b_shape: &[usize],
+) -> Result<(), IoError> {
     if a_shape == b_shape {
         Ok(())
     } else {
@@ -165,7 +201,11 @@ pub fn check_same_shape(a: &VolumeSpec, a_shape: &[usize], b: &VolumeSpec, b_sha
 /// A sub-volume request: `None` means the whole dataset.
 type Region = Option<([usize; 3], [usize; 3])>;
 
-fn read_typed<T: H5Type + Clone + Default>(spec: &VolumeSpec, ds: &Dataset, region: Region) -> Result<Array3<T>, IoError> {
+fn read_typed<T: H5Type + Clone + Default>(
+    spec: &VolumeSpec,
+    ds: &Dataset,
+    region: Region,
+) -> Result<Array3<T>, IoError> {
     let full = check_rank3(spec, &ds.shape())?;
     let result = match region {
         None => ds.read::<T, ndarray::Ix3>(),
@@ -182,7 +222,11 @@ fn read_typed<T: H5Type + Clone + Default>(spec: &VolumeSpec, ds: &Dataset, regi
             if n.contains(&0) {
                 return Ok(Array3::default((n[0], n[1], n[2])));
             }
-            ds.read_slice::<T, _, ndarray::Ix3>(s![o[0]..o[0] + n[0], o[1]..o[1] + n[1], o[2]..o[2] + n[2]])
+            ds.read_slice::<T, _, ndarray::Ix3>(s![
+                o[0]..o[0] + n[0],
+                o[1]..o[1] + n[1],
+                o[2]..o[2] + n[2]
+            ])
         }
     };
     result.map_err(|e| hdf5_err(spec, e))
@@ -192,7 +236,11 @@ fn check_finite<T: Copy + Into<f64>>(spec: &VolumeSpec, v: &Array3<T>) -> Result
     for ((z, y, x), &value) in v.indexed_iter() {
         let value: f64 = value.into();
         if !value.is_finite() {
-            return Err(IoError::NonFinite { spec: spec.to_string(), index: [z, y, x], value });
+            return Err(IoError::NonFinite {
+                spec: spec.to_string(),
+                index: [z, y, x],
+                value,
+            });
         }
     }
     Ok(())
@@ -202,7 +250,9 @@ fn read_image_f32_impl(spec: &VolumeSpec, region: Region) -> Result<Array3<f32>,
     let ds = open_dataset(spec)?;
     check_rank3(spec, &ds.shape())?;
     match element_type(spec, &ds)? {
-        TypeDescriptor::Unsigned(IntSize::U1) => Ok(read_typed::<u8>(spec, &ds, region)?.mapv(f32::from)),
+        TypeDescriptor::Unsigned(IntSize::U1) => {
+            Ok(read_typed::<u8>(spec, &ds, region)?.mapv(f32::from))
+        }
         TypeDescriptor::Float(FloatSize::U4) => {
             let v = read_typed::<f32>(spec, &ds, region)?;
             check_finite(spec, &v)?;
@@ -279,7 +329,11 @@ fn signed_to_u64<T: H5Type + Copy + Default + Into<i64>>(
 ) -> Result<Array3<u64>, IoError> {
     let v = read_typed::<T>(spec, ds, region)?;
     if let Some(((z, y, x), &value)) = v.indexed_iter().find(|(_, value)| (**value).into() < 0) {
-        return Err(IoError::NegativeLabel { spec: spec.to_string(), index: vec![z, y, x], value: value.into() });
+        return Err(IoError::NegativeLabel {
+            spec: spec.to_string(),
+            index: vec![z, y, x],
+            value: value.into(),
+        });
     }
     Ok(v.mapv(|value| value.into() as u64))
 }
@@ -326,7 +380,10 @@ fn prepare_write(spec: &VolumeSpec) -> Result<(File, hdf5::Group, String), IoErr
         std::fs::metadata(parent).map_err(|e| IoError::os(parent, e))?;
     }
     let file = if path.exists() {
-        File::open_rw(path).map_err(|e| IoError::NotHdf5 { path: path.clone(), detail: one_line(&e.to_string()) })?
+        File::open_rw(path).map_err(|e| IoError::NotHdf5 {
+            path: path.clone(),
+            detail: one_line(&e.to_string()),
+        })?
     } else {
         File::create(path).map_err(|e| hdf5_err(&path.display(), e))?
     };
@@ -352,7 +409,11 @@ fn prepare_write(spec: &VolumeSpec) -> Result<(File, hdf5::Group, String), IoErr
 fn write_typed<T: H5Type + Clone>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
     let (file, group, leaf) = prepare_write(spec)?;
     let sh = v.shape();
-    let chunk = (sh[0].clamp(1, CHUNK_EDGE), sh[1].clamp(1, CHUNK_EDGE), sh[2].clamp(1, CHUNK_EDGE));
+    let chunk = (
+        sh[0].clamp(1, CHUNK_EDGE),
+        sh[1].clamp(1, CHUNK_EDGE),
+        sh[2].clamp(1, CHUNK_EDGE),
+    );
     let view = v.as_standard_layout();
     group
         .new_dataset_builder()
@@ -427,10 +488,23 @@ mod tests {
         assert_eq!(read_image_f32(&spec).unwrap(), v.mapv(f32::from));
         let r = read_image_f32_region(&spec, [1, 3, 30], [2, 35, 7]).unwrap();
         assert_eq!(r, v.slice(s![1..3, 3..38, 30..37]).mapv(f32::from));
-        assert_eq!(read_image_u8_region(&spec, [4, 0, 0], [1, 40, 37]).unwrap(), v.slice(s![4..5, .., ..]));
-        assert_eq!(read_image_u8_region(&spec, [0, 0, 0], [0, 2, 2]).unwrap().len(), 0);
-        let e = read_image_f32_region(&spec, [4, 0, 0], [2, 1, 1]).unwrap_err().to_string();
-        assert!(e.contains("outside the dataset") && e.contains("[5, 40, 37]"), "{e}");
+        assert_eq!(
+            read_image_u8_region(&spec, [4, 0, 0], [1, 40, 37]).unwrap(),
+            v.slice(s![4..5, .., ..])
+        );
+        assert_eq!(
+            read_image_u8_region(&spec, [0, 0, 0], [0, 2, 2])
+                .unwrap()
+                .len(),
+            0
+        );
+        let e = read_image_f32_region(&spec, [4, 0, 0], [2, 1, 1])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("outside the dataset") && e.contains("[5, 40, 37]"),
+            "{e}"
+        );
         // second dataset in the same file, f32, and the first one survives
         let f = VolumeSpec::new(&spec.path, "grp/norm");
         let w = ramp((3, 2, 70), |i| i as f32 * 0.5 - 3.0);
@@ -451,19 +525,35 @@ mod tests {
         write_image_u8(&spec, &Array3::zeros((64, 64, 10))).unwrap();
         let ds = open_dataset(&spec).unwrap();
         assert_eq!(ds.chunk(), Some(vec![32, 32, 10]));
-        assert!(ds.filters().iter().any(|f| matches!(f, hdf5::filters::Filter::Deflate(_))));
-        assert!(ds.storage_size() < 64 * 64 * 10 / 10, "zeros compress: {}", ds.storage_size());
+        assert!(
+            ds.filters()
+                .iter()
+                .any(|f| matches!(f, hdf5::filters::Filter::Deflate(_)))
+        );
+        assert!(
+            ds.storage_size() < 64 * 64 * 10 / 10,
+            "zeros compress: {}",
+            ds.storage_size()
+        );
     }
 
     #[test]
     fn labels_use_smallest_type_and_round_trip() {
         let (_d, spec) = tmp("labels");
-        for (max, name) in [(200u64, "uint8"), (60_000, "uint16"), (70_000, "uint32"), (u64::MAX - 1, "uint64")] {
+        for (max, name) in [
+            (200u64, "uint8"),
+            (60_000, "uint16"),
+            (70_000, "uint32"),
+            (u64::MAX - 1, "uint64"),
+        ] {
             let v = ramp((2, 3, 4), |i| if i == 23 { max } else { i as u64 });
             write_labels(&spec, &v).unwrap();
             assert_eq!(dataset_dtype(&spec).unwrap(), name);
             assert_eq!(read_labels(&spec).unwrap(), v);
-            assert_eq!(read_labels_region(&spec, [1, 2, 3], [1, 1, 1]).unwrap()[[0, 0, 0]], max);
+            assert_eq!(
+                read_labels_region(&spec, [1, 2, 3], [1, 1, 1]).unwrap()[[0, 0, 0]],
+                max
+            );
         }
     }
 
@@ -472,17 +562,34 @@ mod tests {
         let (_d, spec) = tmp("seg");
         let file = File::create(&spec.path).unwrap();
         let v = ramp((2, 2, 3), |i| i as i32 * 1000);
-        file.new_dataset_builder().with_data(&v).create("seg").unwrap();
+        file.new_dataset_builder()
+            .with_data(&v)
+            .create("seg")
+            .unwrap();
         let mut n = v.mapv(i64::from);
         n[[1, 0, 2]] = -7;
-        file.new_dataset_builder().with_data(&n).create("neg").unwrap();
+        file.new_dataset_builder()
+            .with_data(&n)
+            .create("neg")
+            .unwrap();
         let small = ramp((1, 1, 2), |i| i as i8);
-        file.new_dataset_builder().with_data(&small).create("i8").unwrap();
+        file.new_dataset_builder()
+            .with_data(&small)
+            .create("i8")
+            .unwrap();
         drop(file);
         assert_eq!(read_labels(&spec).unwrap(), v.mapv(|x| x as u64));
-        assert_eq!(read_labels(&VolumeSpec::new(&spec.path, "i8")).unwrap(), small.mapv(|x| x as u64));
-        let e = read_labels(&VolumeSpec::new(&spec.path, "neg")).unwrap_err().to_string();
-        assert!(e.contains(":neg") && e.contains("negative label -7 at [1, 0, 2]"), "{e}");
+        assert_eq!(
+            read_labels(&VolumeSpec::new(&spec.path, "i8")).unwrap(),
+            small.mapv(|x| x as u64)
+        );
+        let e = read_labels(&VolumeSpec::new(&spec.path, "neg"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(":neg") && e.contains("negative label -7 at [1, 0, 2]"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -490,8 +597,13 @@ mod tests {
         let a = VolumeSpec::new("a.h5", "raw");
         let b = VolumeSpec::new("b.h5", "labels");
         assert!(check_same_shape(&a, &[1, 2, 3], &b, &[1, 2, 3]).is_ok());
-        let e = check_same_shape(&a, &[1, 2, 3], &b, &[1, 2, 4]).unwrap_err().to_string();
-        assert!(e.contains("a.h5:raw") && e.contains("b.h5:labels") && e.contains("[1, 2, 4]"), "{e}");
+        let e = check_same_shape(&a, &[1, 2, 3], &b, &[1, 2, 4])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a.h5:raw") && e.contains("b.h5:labels") && e.contains("[1, 2, 4]"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -500,6 +612,9 @@ mod tests {
         let mut v = Array3::<f32>::zeros((2, 2, 2));
         v[[1, 1, 0]] = f32::NAN;
         let e = write_image_f32(&spec, &v).unwrap_err().to_string();
-        assert!(e.contains("non-finite value NaN at (z,y,x) = [1, 1, 0]"), "{e}");
+        assert!(
+            e.contains("non-finite value NaN at (z,y,x) = [1, 1, 0]"),
+            "{e}"
+        );
     }
 }

@@ -10,7 +10,8 @@ const DATA: &str = "model.ckpt-27465036.data-00000-of-00001";
 /// The reference model in the shared data folder beside the repository (`../shared/data` from the
 /// repository root). Missing data is a failure, not a skip.
 fn reference_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/ffn_fib25_reference");
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/ffn_fib25_reference");
     assert!(
         dir.join(format!("{STEM}.index")).exists(),
         "test data missing: {} (expected ../shared/data beside the repository)",
@@ -43,10 +44,16 @@ fn fib25_bundle_lists_every_variable() {
     assert!(names.contains(&"global_step"), "{names:?}");
     assert_eq!(bundle.entry("global_step").unwrap().dtype, TfDtype::Int32);
     // 12 modules of 2 convs (conv0_a/b + 11 residual modules) + conv_lom, weights and biases each.
-    let model_vars = names.iter().filter(|n| n.starts_with("seed_update/")).count();
+    let model_vars = names
+        .iter()
+        .filter(|n| n.starts_with("seed_update/"))
+        .count();
     assert_eq!(model_vars, 2 * (2 * 12 + 1));
     let w = bundle.entry("seed_update/conv3_b/weights").unwrap();
-    assert_eq!((w.dtype, w.shape.as_slice()), (TfDtype::Float, &[3usize, 3, 3, 32, 32][..]));
+    assert_eq!(
+        (w.dtype, w.shape.as_slice()),
+        (TfDtype::Float, &[3usize, 3, 3, 32, 32][..])
+    );
     // Opening by the .index or the data file name gives the same bundle.
     let by_index = TfBundle::open(&reference_dir().join(format!("{STEM}.index"))).unwrap();
     let by_data = TfBundle::open(&reference_dir().join(DATA)).unwrap();
@@ -63,14 +70,24 @@ fn fib25_bundle_lists_every_variable() {
 fn fib25_model_maps_onto_model_spec_order() {
     let prefix = reference_dir().join(STEM);
     let (cfg, params) = load_tf_model(&prefix).unwrap();
-    assert_eq!((cfg.depth, cfg.features, cfg.fov, cfg.deltas), (12, 32, [33; 3], [8; 3]));
+    assert_eq!(
+        (cfg.depth, cfg.features, cfg.fov, cfg.deltas),
+        (12, 32, [33; 3], [8; 3])
+    );
     assert_eq!(params.len(), 638_433);
     assert_eq!(cfg.num_params(), 638_433);
     let bundle = TfBundle::open(&prefix).unwrap();
     for spec in cfg.param_specs() {
-        let (shape, values) = bundle.read_f32(&format!("seed_update/{}", spec.name)).unwrap();
+        let (shape, values) = bundle
+            .read_f32(&format!("seed_update/{}", spec.name))
+            .unwrap();
         assert_eq!(shape, spec.shape, "{}", spec.name);
-        assert_eq!(&params[spec.offset..spec.offset + spec.len()], values.as_slice(), "{}", spec.name);
+        assert_eq!(
+            &params[spec.offset..spec.offset + spec.len()],
+            values.as_slice(),
+            "{}",
+            spec.name
+        );
     }
     assert!(params.iter().all(|p| p.is_finite()));
     // A trained network: weights are not all zero and not init-sized only.
@@ -90,7 +107,12 @@ fn corrupt_tensor_data_fails_its_crc() {
     let err = load_tf_model(&prefix).unwrap_err();
     assert!(matches!(err, IoError::Crc { .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(msg.contains(DATA) && msg.contains("seed_update/conv5_a/weights") && msg.contains("checksum"), "{msg}");
+    assert!(
+        msg.contains(DATA)
+            && msg.contains("seed_update/conv5_a/weights")
+            && msg.contains("checksum"),
+        "{msg}"
+    );
     assert!(!msg.contains('\n'));
     // Other tensors are still readable.
     assert!(bundle.read_f32("seed_update/conv4_a/weights").is_ok());
@@ -102,7 +124,10 @@ fn corrupt_index_block_fails_its_crc() {
     let index = prefix.with_file_name(format!("{STEM}.index"));
     flip_byte(&index, 100);
     let msg = TfBundle::open(&prefix).unwrap_err().to_string();
-    assert!(msg.contains(".index") && msg.contains("checksum mismatch in data block 0"), "{msg}");
+    assert!(
+        msg.contains(".index") && msg.contains("checksum mismatch in data block 0"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -112,13 +137,19 @@ fn truncated_files_are_reported() {
     let bytes = std::fs::read(&index).unwrap();
     std::fs::write(&index, &bytes[..bytes.len() - 7]).unwrap();
     let msg = load_tf_model(&prefix).unwrap_err().to_string();
-    assert!(msg.contains("footer magic") && msg.contains("truncated"), "{msg}");
+    assert!(
+        msg.contains("footer magic") && msg.contains("truncated"),
+        "{msg}"
+    );
     std::fs::write(&index, &bytes).unwrap();
     let data = prefix.with_file_name(DATA);
     let d = std::fs::read(&data).unwrap();
     std::fs::write(&data, &d[..d.len() / 2]).unwrap();
     let msg = load_tf_model(&prefix).unwrap_err().to_string();
-    assert!(msg.contains(DATA) && msg.contains("past the end of the file"), "{msg}");
+    assert!(
+        msg.contains(DATA) && msg.contains("past the end of the file"),
+        "{msg}"
+    );
     std::fs::remove_file(&data).unwrap();
     let msg = load_tf_model(&prefix).unwrap_err().to_string();
     assert!(msg.contains(DATA) && msg.contains("not found"), "{msg}");
@@ -127,9 +158,16 @@ fn truncated_files_are_reported() {
 #[test]
 fn missing_checkpoint_and_foreign_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let msg = TfBundle::open(&tmp.path().join("model.ckpt-1")).unwrap_err().to_string();
+    let msg = TfBundle::open(&tmp.path().join("model.ckpt-1"))
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("model.ckpt-1.index: file not found"), "{msg}");
     std::fs::write(tmp.path().join("x.index"), vec![7u8; 500]).unwrap();
-    let msg = TfBundle::open(&tmp.path().join("x.index")).unwrap_err().to_string();
-    assert!(msg.contains("x.index") && msg.contains("footer magic"), "{msg}");
+    let msg = TfBundle::open(&tmp.path().join("x.index"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("x.index") && msg.contains("footer magic"),
+        "{msg}"
+    );
 }

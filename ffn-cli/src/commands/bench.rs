@@ -74,7 +74,9 @@ pub fn run(args: Args) -> Result<()> {
 fn make_batch(cfg: &ModelConfig, batch: usize, rng: &mut Rng) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let v: usize = cfg.fov.iter().product();
     let n = batch * v;
-    let image: Vec<f32> = (0..n).map(|_| (rng.next_f32() * 255.0 - 128.0) / 33.0).collect();
+    let image: Vec<f32> = (0..n)
+        .map(|_| (rng.next_f32() * 255.0 - 128.0) / 33.0)
+        .collect();
     let logit = |p: f32| (p / (1.0 - p)).ln();
     let mut seed = vec![logit(0.05); n];
     let [_, fy, fx] = cfg.fov;
@@ -82,18 +84,29 @@ fn make_batch(cfg: &ModelConfig, batch: usize, rng: &mut Rng) -> (Vec<f32>, Vec<
     for b in 0..batch {
         seed[b * v + centre] = logit(0.95);
     }
-    let labels = (0..n).map(|_| if rng.next_f32() > 0.5 { 0.95 } else { 0.05 }).collect();
+    let labels = (0..n)
+        .map(|_| if rng.next_f32() > 0.5 { 0.95 } else { 0.05 })
+        .collect();
     (image, seed, labels)
 }
 
 fn median(xs: &mut [f64]) -> f64 {
     xs.sort_by(f64::total_cmp);
     let n = xs.len();
-    if n % 2 == 1 { xs[n / 2] } else { 0.5 * (xs[n / 2 - 1] + xs[n / 2]) }
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        0.5 * (xs[n / 2 - 1] + xs[n / 2])
+    }
 }
 
 fn run_net(a: &NetArgs, train: bool) -> Result<()> {
-    let cfg = ModelConfig { depth: a.depth, features: a.features, fov: [a.fov; 3], ..ModelConfig::default() };
+    let cfg = ModelConfig {
+        depth: a.depth,
+        features: a.features,
+        fov: [a.fov; 3],
+        ..ModelConfig::default()
+    };
     if let Err(e) = cfg.validate() {
         bail!("bench: {e}");
     }

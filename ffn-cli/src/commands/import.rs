@@ -84,10 +84,21 @@ struct LabelsConfig {
 }
 
 /// A required setting: the flag, else the config key, else an error naming both.
-fn required<T>(flag: Option<T>, file: Option<T>, name: &str, key: &str, config: Option<&Path>) -> Result<T> {
+fn required<T>(
+    flag: Option<T>,
+    file: Option<T>,
+    name: &str,
+    key: &str,
+    config: Option<&Path>,
+) -> Result<T> {
     flag.or(file).with_context(|| match config {
-        Some(c) => format!("missing {name}: give it on the command line or as `{key}` in {}", c.display()),
-        None => format!("missing {name}: give it on the command line or as `{key}` in a --config file"),
+        Some(c) => format!(
+            "missing {name}: give it on the command line or as `{key}` in {}",
+            c.display()
+        ),
+        None => {
+            format!("missing {name}: give it on the command line or as `{key}` in a --config file")
+        }
     })
 }
 
@@ -106,8 +117,20 @@ pub fn run(args: Args) -> Result<()> {
 fn run_stack(args: StackArgs) -> Result<()> {
     let cfg_path = args.config.as_deref();
     let file: StackConfig = ffn_io::config::load_toml_or_default(cfg_path)?;
-    let source = required(args.source, file.source, "SOURCE (slice folder or pattern)", "source", cfg_path)?;
-    let output = parse_spec(&required(args.output, file.output, "--output FILE.h5:DATASET", "output", cfg_path)?)?;
+    let source = required(
+        args.source,
+        file.source,
+        "SOURCE (slice folder or pattern)",
+        "source",
+        cfg_path,
+    )?;
+    let output = parse_spec(&required(
+        args.output,
+        file.output,
+        "--output FILE.h5:DATASET",
+        "output",
+        cfg_path,
+    )?)?;
     let slices = ffn_io::stack::find_slices(&source)?;
     let volume = ffn_io::stack::read_stack(&slices)?;
     ffn_io::write_image_u8(&output, &volume)?;
@@ -118,8 +141,15 @@ fn run_stack(args: StackArgs) -> Result<()> {
         s[1],
         s[2],
         slices.len(),
-        slices.first().map(|p| p.display().to_string()).unwrap_or_default(),
-        slices.last().and_then(|p| p.file_name()).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        slices
+            .first()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        slices
+            .last()
+            .and_then(|p| p.file_name())
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     );
     Ok(())
 }
@@ -127,12 +157,35 @@ fn run_stack(args: StackArgs) -> Result<()> {
 fn run_labels(args: LabelsArgs) -> Result<()> {
     let cfg_path = args.config.as_deref();
     let file: LabelsConfig = ffn_io::config::load_toml_or_default(cfg_path)?;
-    let input = required(args.input, file.input, "INPUT (label file)", "input", cfg_path)?;
-    let output = parse_spec(&required(args.output, file.output, "--output FILE.h5:DATASET", "output", cfg_path)?)?;
-    let stack = args.stack_dataset.or(file.stack_dataset).unwrap_or_else(|| "stack".into());
-    let no_transforms = args.no_transforms || (args.transforms.is_none() && file.no_transforms.unwrap_or(false));
-    let transforms =
-        if no_transforms { None } else { Some(args.transforms.or(file.transforms).unwrap_or_else(|| "transforms".into())) };
+    let input = required(
+        args.input,
+        file.input,
+        "INPUT (label file)",
+        "input",
+        cfg_path,
+    )?;
+    let output = parse_spec(&required(
+        args.output,
+        file.output,
+        "--output FILE.h5:DATASET",
+        "output",
+        cfg_path,
+    )?)?;
+    let stack = args
+        .stack_dataset
+        .or(file.stack_dataset)
+        .unwrap_or_else(|| "stack".into());
+    let no_transforms =
+        args.no_transforms || (args.transforms.is_none() && file.no_transforms.unwrap_or(false));
+    let transforms = if no_transforms {
+        None
+    } else {
+        Some(
+            args.transforms
+                .or(file.transforms)
+                .unwrap_or_else(|| "transforms".into()),
+        )
+    };
     let labels = ffn_io::labels::read_flyem_labels(&input, &stack, transforms.as_deref())?;
     ffn_io::write_labels(&output, &labels)?;
     let s = labels.shape();

@@ -33,8 +33,11 @@ fn render(args: &Args) -> Result<String> {
     let listing = inspect_checkpoint(&args.checkpoint)?;
     let model = listing.model.as_ref().ok();
     if args.json {
-        let tensors: Vec<_> =
-            listing.tensors.iter().map(|t| json!({ "name": t.name, "dtype": t.dtype, "shape": t.shape })).collect();
+        let tensors: Vec<_> = listing
+            .tensors
+            .iter()
+            .map(|t| json!({ "name": t.name, "dtype": t.dtype, "shape": t.shape }))
+            .collect();
         let model = model.map(|m| {
             json!({ "depth": m.depth, "features": m.features, "fov": m.fov, "deltas": m.deltas,
                     "num_params": m.num_params() })
@@ -61,16 +64,34 @@ fn render(args: &Args) -> Result<String> {
             m.features,
             m.fov,
             m.deltas,
-            if listing.format.starts_with("TensorFlow") { " (FOV/deltas not stored: defaults)" } else { "" },
+            if listing.format.starts_with("TensorFlow") {
+                " (FOV/deltas not stored: defaults)"
+            } else {
+                ""
+            },
             m.num_params()
         )?,
         Err(e) => writeln!(o, "  model: not loadable as an FFN network: {e}")?,
     }
-    let width = listing.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-    writeln!(o, "  {:<width$}  {:<8}  {:>10}  shape", "name", "dtype", "elements")?;
+    let width = listing
+        .tensors
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        o,
+        "  {:<width$}  {:<8}  {:>10}  shape",
+        "name", "dtype", "elements"
+    )?;
     for t in &listing.tensors {
         let n: usize = t.shape.iter().product();
-        writeln!(o, "  {:<width$}  {:<8}  {:>10}  {:?}", t.name, t.dtype, n, t.shape)?;
+        writeln!(
+            o,
+            "  {:<width$}  {:<8}  {:>10}  {:?}",
+            t.name, t.dtype, n, t.shape
+        )?;
     }
     Ok(o)
 }

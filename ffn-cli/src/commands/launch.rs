@@ -22,9 +22,22 @@ pub struct Args {
     /// Stop every rank and fail (exit status 124) if the job runs longer than this many seconds.
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
+    /// Pin rank r to the r-th CPU this launcher may use (`core`, the default when there are at most
+    /// as many ranks as CPUs, like mpirun), or let the OS place the ranks (`none`).
+    #[arg(long, value_enum)]
+    pub bind: Option<Bind>,
     /// The `ffn` subcommand and its arguments that every rank runs (after `--`).
     #[arg(required = true, allow_hyphen_values = true, value_name = "FFN_ARGS")]
     pub command: Vec<String>,
+}
+
+/// Where rank processes may run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bind {
+    /// One CPU per rank.
+    Core,
+    /// No pinning.
+    None,
 }
 
 /// Runs the job; exits the process with the first failing rank's status when a rank fails.
@@ -48,11 +61,30 @@ pub fn launch(args: &Args) -> Result<i32> {
     }
     let exe = std::env::current_exe().context("ffn launch: finding the path of the ffn executable")?;
     let env = job_env(args.nproc)?;
+    let cpus = allowed_cpus();
+    let bind = match args.bind {
+        Some(b) => b == Bind::Core,
+        None => args.nproc <= cpus.len(),
+    };
     let mut children: Vec<Option<Child>> = Vec::with_capacity(args.nproc);
     for rank in 0..args.nproc {
         let mut cmd = Command::new(&exe);
         cmd.args(&args.command).envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd.env("RANK", rank.to_string()).env("LOCAL_RANK", rank.to_string());
+        if bind && !cpus.is_empty() {
+            let cpu = cpus[rank % cpus.len()];
+            let mut mask = [0u64; 16];
+            mask[cpu / 64] |= 1 << (cpu % 64);
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only an async-signal-safe system call runs between fork and exec; a failure
+            // to pin is harmless (the rank runs unpinned).
+            unsafe {
+                cmd.pre_exec(move || {
+                    sched_setaffinity(0, std::mem::size_of_val(&mask), mask.as_ptr());
+                    Ok(())
+                });
+            }
+        }
         match cmd.spawn() {
             Ok(child) => children.push(Some(child)),
             Err(e) => {
@@ -173,7 +205,20 @@ fn stop_all(children: &mut [Option<Child>]) {
     }
 }
 
+/// The CPUs this process may run on, in increasing order (empty if the OS does not say).
+fn allowed_cpus() -> Vec<usize> {
+    let mut mask = [0u64; 16];
+    // SAFETY: the kernel writes at most `size_of_val(&mask)` bytes into `mask`.
+    let rc = unsafe { sched_getaffinity(0, std::mem::size_of_val(&mask), mask.as_mut_ptr()) };
+    if rc != 0 {
+        return Vec::new();
+    }
+    (0..1024).filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0).collect()
+}
+
 unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+    fn sched_setaffinity(pid: i32, size: usize, mask: *const u64) -> i32;
+    fn sched_getaffinity(pid: i32, size: usize, mask: *mut u64) -> i32;
 }

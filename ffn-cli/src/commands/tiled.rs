@@ -16,7 +16,7 @@
 //!    ids are made contiguous, and the volume is written chunked and compressed (`write_labels`).
 
 use anyhow::{Context, Result, bail};
-use ffn_comm::{Backend, CommOptions, Communicator};
+use ffn_comm::{Backend, CommOptions};
 use ffn_core::inference::seeds::{GRID_OFFSETS, PeaksOptions, policy_grid, policy_peaks};
 use ffn_core::inference::{Canvas, InferenceOptions, Predictor, normalize_image};
 use ffn_core::network::ConvStack3d;
@@ -408,17 +408,17 @@ pub fn merge(plan: &TilePlan, store: &TileStore, rule: MergeRule) -> Result<(Vec
         }
         Ok(())
     };
-    let view = |cache: &BTreeMap<usize, Vec<u64>>, i: usize| -> Result<TileLabels<'_>> {
+    fn view<'a>(plan: &TilePlan, cache: &'a BTreeMap<usize, Vec<u64>>, i: usize) -> Result<TileLabels<'a>> {
         let tile = plan.tile(i).context("tile index outside the plan")?;
         let labels = cache.get(&i).context("tile not loaded")?;
         Ok(TileLabels { tile, labels })
-    };
+    }
     for (i, j) in plan.overlapping_pairs() {
         // Pairs come in increasing order of i: tiles before i are never needed again.
         cache.retain(|&k, _| k >= i);
         load(&mut cache, i)?;
         load(&mut cache, j)?;
-        let s = rec.observe(&view(&cache, i)?, &view(&cache, j)?)?;
+        let s = rec.observe(&view(plan, &cache, i)?, &view(plan, &cache, j)?)?;
         summary.tile_pairs += 1;
         summary.pairs.pairs += s.pairs;
         summary.pairs.accepted += s.accepted;
@@ -429,7 +429,7 @@ pub fn merge(plan: &TilePlan, store: &TileStore, rule: MergeRule) -> Result<(Vec
     let mut out = vec![0u64; shape.iter().product()];
     for i in 0..n {
         load(&mut cache, i)?;
-        rec.paint_core(&view(&cache, i)?, shape, &mut out)?;
+        rec.paint_core(&view(plan, &cache, i)?, shape, &mut out)?;
         let labels = cache.remove(&i).unwrap_or_default();
         let mut ids: Vec<u64> = labels.into_iter().filter(|&v| v != 0).collect();
         ids.sort_unstable();

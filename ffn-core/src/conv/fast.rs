@@ -30,13 +30,29 @@ fn plane_rows(g: &Padded) -> Option<PlaneRows> {
     let p = g.pad;
     let first = p * dx + p;
     let last = (p + g.size[1] - 1) * dx + p + g.size[2] - 1;
-    Some(PlaneRows { first, count: last + 1 - first })
+    Some(PlaneRows {
+        first,
+        count: last + 1 - first,
+    })
 }
 
 fn check(p: &Conv3dParams, g: &Padded) {
-    assert!(p.kernel % 2 == 1, "conv3d: kernel edge must be odd, found {}", p.kernel);
-    assert_eq!((p.batch, p.size), (g.batch, g.size), "conv3d: geometry does not match the conv");
-    assert!(g.pad >= p.half(), "conv3d: border {} narrower than half the kernel {}", g.pad, p.half());
+    assert!(
+        p.kernel % 2 == 1,
+        "conv3d: kernel edge must be odd, found {}",
+        p.kernel
+    );
+    assert_eq!(
+        (p.batch, p.size),
+        (g.batch, g.size),
+        "conv3d: geometry does not match the conv"
+    );
+    assert!(
+        g.pad >= p.half(),
+        "conv3d: border {} narrower than half the kernel {}",
+        g.pad,
+        p.half()
+    );
 }
 
 /// Voxel offset, relative to an output voxel, of tap `(tz, ty, 0)` for kernel half-width `h`.
@@ -83,9 +99,17 @@ fn conv_planes(
         for tz in 0..k {
             for ty in 0..k {
                 let start = row0 + tz * plane + ty * dx - back;
-                let lhs = View { data: &input[start * cin..], rs: cin, cs: 1 };
+                let lhs = View {
+                    data: &input[start * cin..],
+                    rs: cin,
+                    cs: 1,
+                };
                 let wo = (tz * k + ty) * k * cin * cout;
-                let rhs = View { data: &w[wo..wo + k * cin * cout], rs: cout, cs: 1 };
+                let rhs = View {
+                    data: &w[wo..wo + k * cin * cout],
+                    rs: cout,
+                    cs: 1,
+                };
                 sgemm(rows.count, cout, k * cin, dst, cout, tz + ty > 0, lhs, rhs);
             }
         }
@@ -123,7 +147,17 @@ pub fn forward(
     out: &mut [f32],
 ) {
     check(p, g);
-    conv_planes(g, p.kernel, p.in_channels, p.out_channels, input, weights, Some(bias), relu, out);
+    conv_planes(
+        g,
+        p.kernel,
+        p.in_channels,
+        p.out_channels,
+        input,
+        weights,
+        Some(bias),
+        relu,
+        out,
+    );
 }
 
 /// Rearranges weights `[kz, ky, kx, in, out]` into the flipped, transposed kernel
@@ -132,8 +166,16 @@ pub fn forward(
 /// # Panics
 /// When a length does not match `p`.
 pub fn flip_weights(p: &Conv3dParams, weights: &[f32], flipped: &mut [f32]) {
-    assert_eq!(weights.len(), p.weights_len(), "flip_weights: weights length");
-    assert_eq!(flipped.len(), p.weights_len(), "flip_weights: flipped length");
+    assert_eq!(
+        weights.len(),
+        p.weights_len(),
+        "flip_weights: weights length"
+    );
+    assert_eq!(
+        flipped.len(),
+        p.weights_len(),
+        "flip_weights: flipped length"
+    );
     let taps = p.kernel.pow(3);
     let (ci, co) = (p.in_channels, p.out_channels);
     for t in 0..taps {
@@ -190,8 +232,16 @@ pub fn backward_weights(
     check(p, g);
     let (k, cin, cout) = (p.kernel, p.in_channels, p.out_channels);
     assert_eq!(input.len(), g.len(cin), "conv3d: padded input length");
-    assert_eq!(grad_out.len(), g.len(cout), "conv3d: padded output gradient length");
-    assert_eq!(grad_w.len(), p.weights_len(), "conv3d: weight gradient length");
+    assert_eq!(
+        grad_out.len(),
+        g.len(cout),
+        "conv3d: padded output gradient length"
+    );
+    assert_eq!(
+        grad_w.len(),
+        p.weights_len(),
+        "conv3d: weight gradient length"
+    );
     assert_eq!(grad_b.len(), cout, "conv3d: bias gradient length");
     let wl = p.weights_len();
     let plen = wl + cout;
@@ -219,13 +269,30 @@ pub fn backward_weights(
         for u in t * units / threads..(t + 1) * units / threads {
             let idx = (u / sz) * dz + u % sz + pad;
             let row0 = idx * plane + rows.first;
-            let gout = View { data: &grad_out[row0 * cout..], rs: cout, cs: 1 };
+            let gout = View {
+                data: &grad_out[row0 * cout..],
+                rs: cout,
+                cs: 1,
+            };
             for tz in 0..k {
                 for ty in 0..k {
                     let start = row0 + tz * plane + ty * dx - back;
-                    let lhs = View { data: &input[start * cin..], rs: 1, cs: cin };
+                    let lhs = View {
+                        data: &input[start * cin..],
+                        rs: 1,
+                        cs: cin,
+                    };
                     let wo = (tz * k + ty) * k * cin * cout;
-                    sgemm(k * cin, cout, rows.count, &mut pw[wo..], cout, true, lhs, gout);
+                    sgemm(
+                        k * cin,
+                        cout,
+                        rows.count,
+                        &mut pw[wo..],
+                        cout,
+                        true,
+                        lhs,
+                        gout,
+                    );
                 }
             }
             for y in pad..pad + g.size[1] {
@@ -240,7 +307,13 @@ pub fn backward_weights(
     grad_w.copy_from_slice(&first[..wl]);
     grad_b.copy_from_slice(&first[wl..]);
     for part in rest.chunks_exact(plen) {
-        grad_w.iter_mut().zip(&part[..wl]).for_each(|(g, v)| *g += v);
-        grad_b.iter_mut().zip(&part[wl..]).for_each(|(g, v)| *g += v);
+        grad_w
+            .iter_mut()
+            .zip(&part[..wl])
+            .for_each(|(g, v)| *g += v);
+        grad_b
+            .iter_mut()
+            .zip(&part[wl..])
+            .for_each(|(g, v)| *g += v);
     }
 }

@@ -12,7 +12,11 @@ pub(crate) struct View<'a> {
 }
 
 fn span(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
-    if rows == 0 || cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 }
+    if rows == 0 || cols == 0 {
+        0
+    } else {
+        (rows - 1) * rs + (cols - 1) * cs + 1
+    }
 }
 
 /// `dst (m x n, row stride dst_rs, unit column stride) (+)= lhs (m x k) * rhs (k x n)`.
@@ -46,8 +50,14 @@ pub(crate) fn sgemm(
         }
         return;
     }
-    assert!(span(m, k, lhs.rs, lhs.cs) <= lhs.data.len(), "sgemm: lhs too short");
-    assert!(span(k, n, rhs.rs, rhs.cs) <= rhs.data.len(), "sgemm: rhs too short");
+    assert!(
+        span(m, k, lhs.rs, lhs.cs) <= lhs.data.len(),
+        "sgemm: lhs too short"
+    );
+    assert!(
+        span(k, n, rhs.rs, rhs.cs) <= rhs.data.len(),
+        "sgemm: rhs too short"
+    );
     kernel(m, n, k, dst, dst_rs, accumulate, lhs, rhs);
 }
 
@@ -154,8 +164,16 @@ mod tests {
         let (m, n, k) = (7, 3, 5);
         let a: Vec<f32> = (0..40).map(|i| (i as f32 * 0.37).sin()).collect();
         let b: Vec<f32> = (0..40).map(|i| (i as f32 * 0.11).cos()).collect();
-        let lhs = View { data: &a, rs: 2, cs: 1 };
-        let rhs = View { data: &b, rs: 1, cs: 6 };
+        let lhs = View {
+            data: &a,
+            rs: 2,
+            cs: 1,
+        };
+        let rhs = View {
+            data: &b,
+            rs: 1,
+            cs: 6,
+        };
         for accumulate in [false, true] {
             let mut dst = vec![0.5f32; m * 4];
             let mut want = dst.clone();
@@ -182,6 +200,23 @@ mod tests {
     fn out_of_bounds_view_panics() {
         let a = vec![0.0f32; 10];
         let mut d = vec![0.0f32; 4];
-        sgemm(2, 2, 3, &mut d, 2, false, View { data: &a, rs: 8, cs: 1 }, View { data: &a, rs: 2, cs: 1 });
+        sgemm(
+            2,
+            2,
+            3,
+            &mut d,
+            2,
+            false,
+            View {
+                data: &a,
+                rs: 8,
+                cs: 1,
+            },
+            View {
+                data: &a,
+                rs: 2,
+                cs: 1,
+            },
+        );
     }
 }

@@ -28,7 +28,8 @@ fn for_each_tap(p: &Conv3dParams, mut f: impl FnMut(usize, usize, usize)) {
                                 if ix < 0 || ix >= sx as isize {
                                     continue;
                                 }
-                                let i = ((b * sz + iz as usize) * sy + iy as usize) * sx + ix as usize;
+                                let i =
+                                    ((b * sz + iz as usize) * sy + iy as usize) * sx + ix as usize;
                                 f(o, i, (dz * k + dy) * k + dx);
                             }
                         }
@@ -40,7 +41,11 @@ fn for_each_tap(p: &Conv3dParams, mut f: impl FnMut(usize, usize, usize)) {
 }
 
 fn check(p: &Conv3dParams, input: usize, weights: usize, output: usize) {
-    assert!(p.kernel % 2 == 1, "conv3d: kernel edge must be odd, found {}", p.kernel);
+    assert!(
+        p.kernel % 2 == 1,
+        "conv3d: kernel edge must be odd, found {}",
+        p.kernel
+    );
     assert_eq!(input, p.input_len(), "conv3d: input length");
     assert_eq!(weights, p.weights_len(), "conv3d: weights length");
     assert_eq!(output, p.output_len(), "conv3d: output length");
@@ -81,7 +86,11 @@ pub fn backward_input(p: &Conv3dParams, grad_out: &[f32], weights: &[f32], grad_
         for c in 0..ci {
             let w = &weights[(t * ci + c) * co..(t * ci + c + 1) * co];
             let g = &grad_out[o * co..(o + 1) * co];
-            acc[i * ci + c] += w.iter().zip(g).map(|(w, g)| *w as f64 * *g as f64).sum::<f64>();
+            acc[i * ci + c] += w
+                .iter()
+                .zip(g)
+                .map(|(w, g)| *w as f64 * *g as f64)
+                .sum::<f64>();
         }
     });
     for (g, a) in grad_in.iter_mut().zip(&acc) {
@@ -108,7 +117,10 @@ pub fn backward_weights(
         for c in 0..ci {
             let v = input[i * ci + c] as f64;
             let g = &grad_out[o * co..(o + 1) * co];
-            for (a, g) in acc[(t * ci + c) * co..(t * ci + c + 1) * co].iter_mut().zip(g) {
+            for (a, g) in acc[(t * ci + c) * co..(t * ci + c + 1) * co]
+                .iter_mut()
+                .zip(g)
+            {
                 *a += v * *g as f64;
             }
         }

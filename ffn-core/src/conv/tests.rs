@@ -14,10 +14,22 @@ fn shapes() -> Vec<Conv3dParams> {
     for (i, size) in sizes.into_iter().enumerate() {
         for (batch, cin, cout) in [(1, 1, 1), (3, 2, 1), (1, 2, 3), (3, 1, 2), (1, 5, 4)] {
             for kernel in [1, 3] {
-                v.push(Conv3dParams { batch, size, kernel, in_channels: cin, out_channels: cout });
+                v.push(Conv3dParams {
+                    batch,
+                    size,
+                    kernel,
+                    in_channels: cin,
+                    out_channels: cout,
+                });
             }
             if i == 3 {
-                v.push(Conv3dParams { batch, size, kernel: 5, in_channels: cin, out_channels: cout });
+                v.push(Conv3dParams {
+                    batch,
+                    size,
+                    kernel: 5,
+                    in_channels: cin,
+                    out_channels: cout,
+                });
             }
         }
     }
@@ -50,8 +62,18 @@ fn fast_matches_reference_on_awkward_shapes() {
                 assert_eq!(check, out, "{what}: border not zero");
                 let mut got = vec![0.0; p.output_len()];
                 g.unpad_into(&out, p.out_channels, &mut got);
-                let w2: Vec<f32> = if relu { want.iter().map(|v| v.max(0.0)).collect() } else { want.clone() };
-                assert_close(&alloc::format!("forward {what} relu {relu}"), &got, &w2, 1e-5, 1e-5);
+                let w2: Vec<f32> = if relu {
+                    want.iter().map(|v| v.max(0.0)).collect()
+                } else {
+                    want.clone()
+                };
+                assert_close(
+                    &alloc::format!("forward {what} relu {relu}"),
+                    &got,
+                    &w2,
+                    1e-5,
+                    1e-5,
+                );
             }
 
             // Input gradient.
@@ -65,7 +87,13 @@ fn fast_matches_reference_on_awkward_shapes() {
             fast::backward_input(&p, &g, &gop, &flipped, &mut gi);
             let mut got_gi = vec![0.0; p.input_len()];
             g.unpad_into(&gi, p.in_channels, &mut got_gi);
-            assert_close(&alloc::format!("input grad {what}"), &got_gi, &want_gi, 1e-5, 1e-5);
+            assert_close(
+                &alloc::format!("input grad {what}"),
+                &got_gi,
+                &want_gi,
+                1e-5,
+                1e-5,
+            );
 
             // Weight and bias gradients.
             let mut want_gw = vec![0.0; p.weights_len()];
@@ -74,15 +102,33 @@ fn fast_matches_reference_on_awkward_shapes() {
             let mut gw = vec![f32::NAN; p.weights_len()];
             let mut gb = vec![f32::NAN; p.out_channels];
             fast::backward_weights(&p, &g, &inp, &gop, &mut gw, &mut gb, &mut scratch);
-            assert_close(&alloc::format!("weight grad {what}"), &gw, &want_gw, 1e-4, 1e-5);
-            assert_close(&alloc::format!("bias grad {what}"), &gb, &want_gb, 1e-4, 1e-5);
+            assert_close(
+                &alloc::format!("weight grad {what}"),
+                &gw,
+                &want_gw,
+                1e-4,
+                1e-5,
+            );
+            assert_close(
+                &alloc::format!("bias grad {what}"),
+                &gb,
+                &want_gb,
+                1e-4,
+                1e-5,
+            );
         }
     }
 }
 
 #[test]
 fn flip_weights_reverses_taps_and_swaps_channels() {
-    let p = Conv3dParams { batch: 1, size: [1, 1, 1], kernel: 3, in_channels: 2, out_channels: 3 };
+    let p = Conv3dParams {
+        batch: 1,
+        size: [1, 1, 1],
+        kernel: 3,
+        in_channels: 2,
+        out_channels: 3,
+    };
     let w: Vec<f32> = (0..p.weights_len()).map(|i| i as f32).collect();
     let mut f = vec![0.0; w.len()];
     fast::flip_weights(&p, &w, &mut f);
@@ -94,11 +140,25 @@ fn flip_weights_reverses_taps_and_swaps_channels() {
 
 #[test]
 fn zero_sizes_give_empty_results() {
-    let p = Conv3dParams { batch: 2, size: [0, 3, 3], kernel: 3, in_channels: 2, out_channels: 2 };
+    let p = Conv3dParams {
+        batch: 2,
+        size: [0, 3, 3],
+        kernel: 3,
+        in_channels: 2,
+        out_channels: 2,
+    };
     let g = Padded::new(2, p.size, 1);
     let inp = vec![1.0; g.len(2)];
     let mut out = vec![5.0; g.len(2)];
-    fast::forward(&p, &g, &inp, &vec![1.0; p.weights_len()], &[1.0, 1.0], false, &mut out);
+    fast::forward(
+        &p,
+        &g,
+        &inp,
+        &vec![1.0; p.weights_len()],
+        &[1.0, 1.0],
+        false,
+        &mut out,
+    );
     assert!(out.iter().all(|v| *v == 0.0));
     let (mut gw, mut gb, mut s) = (vec![3.0; p.weights_len()], vec![3.0; 2], Vec::new());
     fast::backward_weights(&p, &g, &inp, &out, &mut gw, &mut gb, &mut s);
@@ -116,8 +176,20 @@ fn weighted_sum(p: &Conv3dParams, input: &[f32], w: &[f32], b: &[f32], r: &[f32]
 fn reference_gradients_match_finite_differences() {
     let mut rng = Rng::new(seed(5));
     for p in [
-        Conv3dParams { batch: 2, size: [3, 2, 4], kernel: 3, in_channels: 2, out_channels: 3 },
-        Conv3dParams { batch: 1, size: [2, 3, 1], kernel: 1, in_channels: 3, out_channels: 2 },
+        Conv3dParams {
+            batch: 2,
+            size: [3, 2, 4],
+            kernel: 3,
+            in_channels: 2,
+            out_channels: 3,
+        },
+        Conv3dParams {
+            batch: 1,
+            size: [2, 3, 1],
+            kernel: 1,
+            in_channels: 3,
+            out_channels: 2,
+        },
     ] {
         let mut input = uniform(&mut rng, p.input_len());
         let mut w = uniform(&mut rng, p.weights_len());
@@ -132,17 +204,29 @@ fn reference_gradients_match_finite_differences() {
         for i in 0..input.len() {
             let (wc, bc) = (w.clone(), b.clone());
             let fd = finite_diff(&mut input, i, eps, |x| weighted_sum(&p, x, &wc, &bc, &r));
-            assert!((fd - gi[i] as f64).abs() < 1e-3, "input {i}: fd {fd} vs {}", gi[i]);
+            assert!(
+                (fd - gi[i] as f64).abs() < 1e-3,
+                "input {i}: fd {fd} vs {}",
+                gi[i]
+            );
         }
         for i in 0..w.len() {
             let (ic, bc) = (input.clone(), b.clone());
             let fd = finite_diff(&mut w, i, eps, |x| weighted_sum(&p, &ic, x, &bc, &r));
-            assert!((fd - gw[i] as f64).abs() < 1e-3, "weight {i}: fd {fd} vs {}", gw[i]);
+            assert!(
+                (fd - gw[i] as f64).abs() < 1e-3,
+                "weight {i}: fd {fd} vs {}",
+                gw[i]
+            );
         }
         for i in 0..b.len() {
             let (ic, wc) = (input.clone(), w.clone());
             let fd = finite_diff(&mut b, i, eps, |x| weighted_sum(&p, &ic, &wc, x, &r));
-            assert!((fd - gb[i] as f64).abs() < 1e-3, "bias {i}: fd {fd} vs {}", gb[i]);
+            assert!(
+                (fd - gb[i] as f64).abs() < 1e-3,
+                "bias {i}: fd {fd} vs {}",
+                gb[i]
+            );
         }
     }
 }

@@ -82,8 +82,8 @@ fn membrane_image(labels: &[u64], shape: [usize; 3]) -> Vec<f32> {
 
 #[test]
 fn oracle_recovers_the_labelling() {
-    let shape = [40, 44, 48];
-    let labels = voronoi(shape, 16, 7);
+    let shape = [48, 56, 64];
+    let labels = voronoi(shape, 24, 7);
     let image: Vec<f32> = labels.iter().map(|&l| l as f32).collect();
     let opts = InferenceOptions { min_segment_size: 20, ..Default::default() };
     let fov = [11, 11, 11];

@@ -41,7 +41,13 @@ impl Layer {
         self.kernel.pow(3) * self.cin * self.cout
     }
     fn conv(&self, batch: usize, fov: [usize; 3]) -> Conv3dParams {
-        Conv3dParams { batch, size: fov, kernel: self.kernel, in_channels: self.cin, out_channels: self.cout }
+        Conv3dParams {
+            batch,
+            size: fov,
+            kernel: self.kernel,
+            in_channels: self.cin,
+            out_channels: self.cout,
+        }
     }
 }
 
@@ -172,12 +178,22 @@ impl ConvStack3d {
         let mut layers = Vec::new();
         let mut offset = 0;
         for l in cfg.conv_layers() {
-            let layer = Layer { kernel: l.kernel, cin: l.in_channels, cout: l.out_channels, offset };
+            let layer = Layer {
+                kernel: l.kernel,
+                cin: l.in_channels,
+                cout: l.out_channels,
+                offset,
+            };
             offset += layer.wlen() + layer.cout;
             layers.push(layer);
         }
         debug_assert_eq!(offset, params.len());
-        Self { cfg, params, layers, ws: None }
+        Self {
+            cfg,
+            params,
+            layers,
+            ws: None,
+        }
     }
 
     /// The hyper-parameters.
@@ -218,7 +234,10 @@ impl ConvStack3d {
 
     fn check_len(&self, what: &str, len: usize, batch: usize) {
         let want = batch * self.fov_voxels();
-        assert_eq!(len, want, "ConvStack3d: {what} has {len} values, expected batch {batch} x FOV");
+        assert_eq!(
+            len, want,
+            "ConvStack3d: {what} has {len} values, expected batch {batch} x FOV"
+        );
     }
 
     /// Forward pass: `out = seed + update(image, seed)`, logits of `batch` FOVs.
@@ -238,7 +257,12 @@ impl ConvStack3d {
         let g = ws.geom;
         let (batch, fov, d) = (ws.batch, self.cfg.fov, self.cfg.depth);
         let p = &self.params;
-        let wb = |l: &Layer| (&p[l.offset..l.offset + l.wlen()], &p[l.offset + l.wlen()..][..l.cout]);
+        let wb = |l: &Layer| {
+            (
+                &p[l.offset..l.offset + l.wlen()],
+                &p[l.offset + l.wlen()..][..l.cout],
+            )
+        };
         layers::concat2_padded(&g, image, seed, &mut ws.input);
         let l = &self.layers[0];
         let (w, b) = wb(l);
@@ -252,7 +276,15 @@ impl ConvStack3d {
             layers::relu(&ws.xs[xi], &mut ws.rs[ri]);
             let la = &self.layers[2 * m];
             let (w, b) = wb(la);
-            fast::forward(&la.conv(batch, fov), &g, &ws.rs[ri], w, b, true, &mut ws.us[ui]);
+            fast::forward(
+                &la.conv(batch, fov),
+                &g,
+                &ws.rs[ri],
+                w,
+                b,
+                true,
+                &mut ws.us[ui],
+            );
             let lb = &self.layers[2 * m + 1];
             let (w, b) = wb(lb);
             let (prev, next) = pair(&mut ws.xs, xi, m % nx);
@@ -263,7 +295,15 @@ impl ConvStack3d {
         layers::relu(&ws.xs[(d - 1) % nx], &mut ws.rs[rl]);
         let l = &self.layers[2 * d];
         let (w, b) = wb(l);
-        fast::forward(&l.conv(batch, fov), &g, &ws.rs[rl], w, b, false, &mut ws.lom);
+        fast::forward(
+            &l.conv(batch, fov),
+            &g,
+            &ws.rs[rl],
+            w,
+            b,
+            false,
+            &mut ws.lom,
+        );
         g.unpad_into(&ws.lom, 1, out);
         out.iter_mut().zip(seed).for_each(|(o, s)| *o += s);
     }
@@ -327,20 +367,52 @@ impl ConvStack3d {
         g.pad_from(&ws.glogits, 1, &mut ws.glom);
         // conv_lom, then the final ReLU.
         let parts = (&mut ws.flipped, &mut ws.partials);
-        self.conv_backward(parts, &self.layers[2 * d], &g, &ws.rs[d - 1], &ws.glom, Some(&mut ws.gx), grads);
+        self.conv_backward(
+            parts,
+            &self.layers[2 * d],
+            &g,
+            &ws.rs[d - 1],
+            &ws.glom,
+            Some(&mut ws.gx),
+            grads,
+        );
         layers::relu_backward(&ws.xs[d - 1], &mut ws.gx);
         for m in (1..d).rev() {
             let parts = (&mut ws.flipped, &mut ws.partials);
             let lb = &self.layers[2 * m + 1];
-            self.conv_backward(parts, lb, &g, &ws.us[m - 1], &ws.gx, Some(&mut ws.ga), grads);
+            self.conv_backward(
+                parts,
+                lb,
+                &g,
+                &ws.us[m - 1],
+                &ws.gx,
+                Some(&mut ws.ga),
+                grads,
+            );
             layers::relu_backward(&ws.us[m - 1], &mut ws.ga);
             let parts = (&mut ws.flipped, &mut ws.partials);
             let la = &self.layers[2 * m];
-            self.conv_backward(parts, la, &g, &ws.rs[m - 1], &ws.ga, Some(&mut ws.gb), grads);
+            self.conv_backward(
+                parts,
+                la,
+                &g,
+                &ws.rs[m - 1],
+                &ws.ga,
+                Some(&mut ws.gb),
+                grads,
+            );
             layers::add_relu_backward(&mut ws.gx, &ws.gb, &ws.xs[m - 1]);
         }
         let parts = (&mut ws.flipped, &mut ws.partials);
-        self.conv_backward(parts, &self.layers[1], &g, &ws.h, &ws.gx, Some(&mut ws.ga), grads);
+        self.conv_backward(
+            parts,
+            &self.layers[1],
+            &g,
+            &ws.h,
+            &ws.gx,
+            Some(&mut ws.ga),
+            grads,
+        );
         layers::relu_backward(&ws.h, &mut ws.ga);
         let parts = (&mut ws.flipped, &mut ws.partials);
         self.conv_backward(parts, &self.layers[0], &g, &ws.input, &ws.ga, None, grads);
@@ -369,8 +441,13 @@ pub fn analytic_flops(cfg: &ModelConfig) -> Flops {
     let lom = v * f;
     let fwd = first + mid + lom;
     let bwd = fwd + mid + lom;
-    Flops { forward: 2 * fwd, train: 2 * (fwd + bwd) }
+    Flops {
+        forward: 2 * fwd,
+        train: 2 * (fwd + bwd),
+    }
 }
+
+pub mod grad_hooks;
 
 #[cfg(test)]
 mod tests;

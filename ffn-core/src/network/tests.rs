@@ -6,13 +6,20 @@ use crate::conv::reference;
 use crate::testutil::{assert_close, seed, uniform};
 
 fn tiny() -> ModelConfig {
-    ModelConfig { depth: 3, features: 3, fov: [3, 5, 3], deltas: [1, 1, 1] }
+    ModelConfig {
+        depth: 3,
+        features: 3,
+        fov: [3, 5, 3],
+        deltas: [1, 1, 1],
+    }
 }
 
 fn inputs(rng: &mut Rng, n: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let image = uniform(rng, n);
     let seed: Vec<f32> = uniform(rng, n).iter().map(|v| v * 3.0).collect();
-    let labels: Vec<f32> = (0..n).map(|_| if rng.next_f32() > 0.5 { 0.95 } else { 0.05 }).collect();
+    let labels: Vec<f32> = (0..n)
+        .map(|_| if rng.next_f32() > 0.5 { 0.95 } else { 0.05 })
+        .collect();
     (image, seed, labels)
 }
 
@@ -24,7 +31,13 @@ fn reference_forward(net: &ConvStack3d, image: &[f32], seed: &[f32], batch: usiz
         let l = net.layers[li];
         let c = l.conv(batch, cfg.fov);
         let mut out = vec![0.0; c.output_len()];
-        reference::forward(&c, x, &p[l.offset..][..l.wlen()], &p[l.offset + l.wlen()..][..l.cout], &mut out);
+        reference::forward(
+            &c,
+            x,
+            &p[l.offset..][..l.wlen()],
+            &p[l.offset + l.wlen()..][..l.cout],
+            &mut out,
+        );
         out
     };
     let relu = |x: &[f32]| x.iter().map(|v| v.max(0.0)).collect::<Vec<f32>>();
@@ -54,7 +67,11 @@ fn init_is_seeded_truncated_normal_with_zero_biases() {
         if spec.name.ends_with("biases") {
             assert!(v.iter().all(|x| *x == 0.0), "{}", spec.name);
         } else {
-            assert!(v.iter().all(|x| x.abs() <= 0.02 && *x != 0.0), "{}", spec.name);
+            assert!(
+                v.iter().all(|x| x.abs() <= 0.02 && *x != 0.0),
+                "{}",
+                spec.name
+            );
         }
     }
 }
@@ -63,8 +80,13 @@ fn init_is_seeded_truncated_normal_with_zero_biases() {
 fn from_params_checks_length_and_config() {
     let cfg = tiny();
     let err = ConvStack3d::from_params(cfg, vec![0.0; 5]).unwrap_err();
-    assert!(matches!(err, CoreError::LengthMismatch { expected, actual: 5, .. } if expected == cfg.num_params()));
-    let bad = ModelConfig { fov: [4, 5, 3], ..cfg };
+    assert!(
+        matches!(err, CoreError::LengthMismatch { expected, actual: 5, .. } if expected == cfg.num_params())
+    );
+    let bad = ModelConfig {
+        fov: [4, 5, 3],
+        ..cfg
+    };
     let err = ConvStack3d::from_params(bad, vec![0.0; cfg.num_params()]).unwrap_err();
     assert!(alloc::format!("{err}").contains("model.fov"));
     assert!(ConvStack3d::from_params(cfg, vec![0.0; cfg.num_params()]).is_ok());
@@ -95,7 +117,12 @@ fn forward_matches_reference_composition_and_buffers_are_reused_safely() {
 
 #[test]
 fn whole_network_gradient_matches_finite_differences() {
-    let cfg = ModelConfig { depth: 2, features: 3, fov: [3, 3, 5], deltas: [1, 1, 1] };
+    let cfg = ModelConfig {
+        depth: 2,
+        features: 3,
+        fov: [3, 3, 5],
+        deltas: [1, 1, 1],
+    };
     let mut rng = Rng::new(seed(8));
     let mut net = ConvStack3d::new(cfg, 0.15, &mut rng);
     // Non-zero biases so that their gradients are exercised at a generic point.
@@ -121,10 +148,15 @@ fn whole_network_gradient_matches_finite_differences() {
             net.params_mut()[i] = v;
             let mut out = vec![0.0; n];
             net.forward(&image, &seedv, batch, &mut out);
-            out.iter().zip(&labels).map(|(x, z)| loss::sigmoid_ce(*x, *z)).sum::<f64>() / n as f64
+            out.iter()
+                .zip(&labels)
+                .map(|(x, z)| loss::sigmoid_ce(*x, *z))
+                .sum::<f64>()
+                / n as f64
         };
         let orig = net.params()[i];
-        let fd = (loss_at(&mut net, orig + eps) - loss_at(&mut net, orig - eps)) / (2.0 * eps as f64);
+        let fd =
+            (loss_at(&mut net, orig + eps) - loss_at(&mut net, orig - eps)) / (2.0 * eps as f64);
         net.params_mut()[i] = orig;
         let err = (fd - grads[i] as f64).abs();
         if err > 1e-3 * scale as f64 + 2e-2 * (grads[i] as f64).abs() {
@@ -132,7 +164,13 @@ fn whole_network_gradient_matches_finite_differences() {
         }
     }
     // A finite difference can straddle a ReLU kink; allow a handful of such parameters, no more.
-    assert!(bad.len() * 100 <= grads.len(), "{} of {} gradients off: {:?}", bad.len(), grads.len(), &bad[..bad.len().min(10)]);
+    assert!(
+        bad.len() * 100 <= grads.len(),
+        "{} of {} gradients off: {:?}",
+        bad.len(),
+        grads.len(),
+        &bad[..bad.len().min(10)]
+    );
 }
 
 #[test]
@@ -141,12 +179,21 @@ fn analytic_flops_match_published_figures() {
     let f9 = analytic_flops(&ModelConfig::default());
     let r = |x: u64| (x + 50_000_000) / 100_000_000;
     assert_eq!((r(f9.forward), r(f9.train)), (339, 1016));
-    let f12 = analytic_flops(&ModelConfig { depth: 12, ..ModelConfig::default() });
+    let f12 = analytic_flops(&ModelConfig {
+        depth: 12,
+        ..ModelConfig::default()
+    });
     assert_eq!((r(f12.forward), r(f12.train)), (458, 1374));
 }
 
 /// Gradients of the network composed from the reference conv kernels (plain layout).
-fn reference_grads(net: &ConvStack3d, image: &[f32], seed: &[f32], labels: &[f32], batch: usize) -> Vec<f32> {
+fn reference_grads(
+    net: &ConvStack3d,
+    image: &[f32],
+    seed: &[f32],
+    labels: &[f32],
+    batch: usize,
+) -> Vec<f32> {
     let cfg = *net.config();
     let p = net.params();
     let d = cfg.depth;
@@ -154,7 +201,13 @@ fn reference_grads(net: &ConvStack3d, image: &[f32], seed: &[f32], labels: &[f32
         let l = net.layers[li];
         let c = l.conv(batch, cfg.fov);
         let mut out = vec![0.0; c.output_len()];
-        reference::forward(&c, x, &p[l.offset..][..l.wlen()], &p[l.offset + l.wlen()..][..l.cout], &mut out);
+        reference::forward(
+            &c,
+            x,
+            &p[l.offset..][..l.wlen()],
+            &p[l.offset + l.wlen()..][..l.cout],
+            &mut out,
+        );
         out
     };
     let mut grads = vec![0.0; p.len()];
@@ -169,7 +222,13 @@ fn reference_grads(net: &ConvStack3d, image: &[f32], seed: &[f32], labels: &[f32
         gin
     };
     let relu = |x: &[f32]| x.iter().map(|v| v.max(0.0)).collect::<Vec<f32>>();
-    let mask = |g: &mut [f32], y: &[f32]| g.iter_mut().zip(y).for_each(|(g, y)| if *y <= 0.0 { *g = 0.0 });
+    let mask = |g: &mut [f32], y: &[f32]| {
+        g.iter_mut().zip(y).for_each(|(g, y)| {
+            if *y <= 0.0 {
+                *g = 0.0
+            }
+        })
+    };
     let mut input = vec![0.0; 2 * image.len()];
     layers::concat2(image, seed, &mut input);
     let h = relu(&conv(0, &input));
@@ -208,7 +267,12 @@ fn reference_grads(net: &ConvStack3d, image: &[f32], seed: &[f32], labels: &[f32
 
 #[test]
 fn backward_matches_reference_composition() {
-    let cfg = ModelConfig { depth: 3, features: 4, fov: [5, 3, 3], deltas: [1, 1, 1] };
+    let cfg = ModelConfig {
+        depth: 3,
+        features: 4,
+        fov: [5, 3, 3],
+        deltas: [1, 1, 1],
+    };
     let mut rng = Rng::new(seed(31));
     let mut net = ConvStack3d::new(cfg, 0.3, &mut rng);
     for batch in [1, 3] {

@@ -144,7 +144,7 @@ mod tests {
         let swap = Augmentation { flip: [false; 3], order: [0, 2, 1] };
         let out = swap.apply(&data, src);
         // Output shape [2, 4, 3]: out[z][a][b] = src[z][b][a].
-        assert_eq!(out[(1 * 4 + 3) * 3 + 2], at(1, 2, 3));
+        assert_eq!(out[(4 + 3) * 3 + 2], at(1, 2, 3));
         let fz = Augmentation { flip: [true, false, false], order: [0, 1, 2] };
         assert_eq!(fz.apply(&data, src)[at(0, 1, 1)], at(1, 1, 1));
     }

@@ -9,8 +9,8 @@
 //! - [`FovPolicy::Fixed`]: the centre, then the 26 shifts by `+-delta` (shuffled per example), each
 //!   taken only if the canvas at its centre is >= `logit(move_threshold)` when its turn comes.
 //! - [`FovPolicy::MaxPredMoves`]: start at the centre; after every prediction, each of the 6 faces of
-//!   the predicted FOV at `+-delta` offers the position of its maximum when that maximum is
-//!   >= `logit(move_threshold)` (best first); positions are visited once per `delta` grid cell and
+//!   the predicted FOV at `+-delta` offers the position of its maximum when that maximum reaches
+//!   `logit(move_threshold)` (best first); positions are visited once per `delta` grid cell and
 //!   only while the FOV stays inside the patch.
 
 use alloc::collections::VecDeque;

@@ -13,6 +13,7 @@
 
 pub mod augmentation;
 pub mod coordinates;
+pub mod distributed;
 pub mod examples;
 pub mod partitions;
 pub mod schedule;

@@ -153,7 +153,7 @@ impl Trainer {
             }
         }
         let gens = (0..cfg.batch_size)
-            .map(|i| Generator { rng: Rng::with_stream(cfg.seed, i as u64), example: None })
+            .map(|i| Generator { rng: Rng::with_stream(cfg.seed, Self::stream(&cfg, i)), example: None })
             .collect();
         let n = cfg.batch_size * cfg.example.fov_len();
         Ok(Self {
@@ -190,6 +190,26 @@ impl Trainer {
     /// Coordinates consumed so far (= examples started).
     pub fn examples_started(&self) -> u64 {
         self.cursor
+    }
+
+    /// RNG stream of generator `i`: its index among all replicas' generators (`i * stride + offset`),
+    /// so that `n` replicas of batch `b` draw what one replica of batch `n * b` draws.
+    fn stream(cfg: &TrainerConfig, i: usize) -> u64 {
+        (i as u64).wrapping_mul(cfg.coord_stride).wrapping_add(cfg.coord_offset)
+    }
+
+    /// Continues at `step` with fresh examples, reading coordinates from `cursor` on, with RNG
+    /// streams derived from the step (used when a data-parallel run resumes on another number of
+    /// replicas, where the saved per-replica states do not apply). The tracker window restarts.
+    pub fn restart_at(&mut self, step: u64, cursor: u64) {
+        let seed = self.cfg.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for (i, g) in self.gens.iter_mut().enumerate() {
+            *g = Generator { rng: Rng::with_stream(seed, Self::stream(&self.cfg, i)), example: None };
+        }
+        self.step = step;
+        self.cursor = cursor;
+        self.tracker = Tracker::default();
+        self.prepared = false;
     }
 
     fn start_example(&mut self, g: usize) {

@@ -1,0 +1,134 @@
+//! Checks that keep ranks from silently diverging or hanging:
+//!
+//! - [`Dist::check_config`]: before anything else, every rank compares a fingerprint of its whole
+//!   configuration with rank 0's; on a mismatch rank 0's and the first differing rank's
+//!   configurations are exchanged and every rank fails with the same error naming the fields;
+//! - [`Dist::check_weights`]: parameter checksums compared every `--checksum-every` steps and at
+//!   the end; a mismatch stops training on every rank, naming the ranks.
+
+use anyhow::{Result, anyhow, bail};
+use ffn_core::training::distributed::{fingerprint, param_checksum};
+use serde_json::{Value, json};
+
+use super::Dist;
+use crate::commands::train::Args;
+
+/// The settings outside the checkpointed configuration that must also agree across ranks (a
+/// different step limit or checkpoint cadence would make the ranks call different collectives).
+pub fn run_settings(args: &Args) -> Value {
+    let d = &args.dist;
+    json!({
+        "max_steps": args.max_steps,
+        "max_seconds": args.max_seconds,
+        "report_every": args.report_every,
+        "checkpoint_every": args.checkpoint_every,
+        "checkpoint_secs": args.checkpoint_secs,
+        "resume": args.resume,
+        "lr_scaling": format!("{:?}", d.lr_scaling),
+        "lr_scaling_warmup": d.lr_scaling_warmup,
+        "bucket_kib": d.bucket_kib,
+        "overlap": !d.no_overlap,
+        "checksum_every": d.checksum_every,
+        "timeline": d.timeline.is_some(),
+        "timeline_steps": d.timeline_steps,
+    })
+}
+
+/// Paths (`a.b[2]`) where `a` and `b` differ, with both values.
+pub fn diff_json(a: &Value, b: &Value, path: &str, out: &mut Vec<(String, String, String)>) {
+    let join = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, va) in x {
+                diff_json(va, y.get(k).unwrap_or(&Value::Null), &join(k), out);
+            }
+            for (k, vb) in y.iter().filter(|(k, _)| !x.contains_key(*k)) {
+                diff_json(&Value::Null, vb, &join(k), out);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (va, vb)) in x.iter().zip(y).enumerate() {
+                diff_json(va, vb, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ if a != b => out.push((path.to_string(), a.to_string(), b.to_string())),
+        _ => {}
+    }
+}
+
+impl Dist {
+    /// Checks that every rank runs the same configuration: `config` (the checkpointed training
+    /// configuration) plus [`run_settings`] plus the model size. Collective; an error on every rank
+    /// when any rank differs, naming the fields.
+    pub fn check_config(&self, args: &Args, config: &Value) -> Result<()> {
+        if self.comm().is_none() {
+            return Ok(());
+        }
+        let full = json!({ "config": config, "run": run_settings(args), "ranks": self.size() });
+        let text = serde_json::to_vec(&full)?;
+        let mine = fingerprint(&text);
+        let root = self.broadcast(mine.to_le_bytes().to_vec(), 0)?;
+        let root = u64::from_le_bytes(root.try_into().map_err(|_| anyhow!("internal: bad fingerprint"))?);
+        let differ = self.ranks_where(mine != root)?;
+        let Some(&m) = differ.first() else { return Ok(()) };
+        let root_text = self.broadcast_message(if self.is_root() { text.clone() } else { Vec::new() }, 0)?;
+        let m_text = self.broadcast_message(if self.rank() == m { text } else { Vec::new() }, m)?;
+        let parse = |t: &[u8]| serde_json::from_slice::<Value>(t).unwrap_or(Value::Null);
+        let mut diffs = Vec::new();
+        diff_json(&parse(&root_text), &parse(&m_text), "", &mut diffs);
+        let fields: Vec<String> =
+            diffs.iter().map(|(p, a, b)| format!("{p}: rank 0 has {a}, rank {m} has {b}")).collect();
+        bail!(
+            "the ranks do not run the same configuration (rank(s) {differ:?} differ from rank 0); \
+             every rank must get the same arguments and data: {}",
+            if fields.is_empty() { "(no field-level difference found)".to_string() } else { fields.join("; ") }
+        )
+    }
+
+    /// The ranks for which `flag` is true (collective: one allreduce of `size` values).
+    pub(crate) fn ranks_where(&self, flag: bool) -> Result<Vec<usize>> {
+        let mut v = vec![0.0f32; self.size()];
+        v[self.rank()] = f32::from(u8::from(flag));
+        let v = self.sum(v)?;
+        Ok(v.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(r, _)| r).collect())
+    }
+
+    /// Every `--checksum-every` steps (and always with `force`), compares a checksum of `params`
+    /// with rank 0's. Collective when it runs; an error on every rank on a mismatch.
+    pub fn check_weights(&self, step: u64, params: &[f32], force: bool) -> Result<()> {
+        let every = self.args().checksum_every;
+        if self.comm().is_none() || !(force || (every > 0 && step % every == 0)) {
+            return Ok(());
+        }
+        let mine = param_checksum(params);
+        let root = self.broadcast(mine.to_le_bytes().to_vec(), 0)?;
+        let root = u64::from_le_bytes(root.try_into().map_err(|_| anyhow!("internal: bad checksum"))?);
+        let differ = self.ranks_where(mine != root)?;
+        if !differ.is_empty() {
+            bail!(
+                "step {step}: the parameters of rank(s) {differ:?} differ from rank 0's (checksum {root:016x}; \
+                 this rank {mine:016x}): the replicas diverged, training stopped"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differences_name_nested_fields_both_ways() {
+        let a = json!({"model": {"depth": 2, "fov": [7, 7, 7]}, "lr": "0.01", "only_a": 1});
+        let b = json!({"model": {"depth": 3, "fov": [7, 9, 7]}, "lr": "0.01", "only_b": true});
+        let mut d = Vec::new();
+        diff_json(&a, &b, "", &mut d);
+        let paths: Vec<&str> = d.iter().map(|(p, _, _)| p.as_str()).collect();
+        assert_eq!(paths, ["model.depth", "model.fov[1]", "only_a", "only_b"]);
+        assert_eq!(d[0], ("model.depth".into(), "2".into(), "3".into()));
+        let mut none = Vec::new();
+        diff_json(&a, &a, "", &mut none);
+        assert!(none.is_empty());
+    }
+}

@@ -1,0 +1,424 @@
+//! Synchronous data-parallel training for `ffn train --comm local|shm|mpi|zmq`.
+//!
+//! Every rank runs the ordinary training loop on its own examples (coordinates strided by rank,
+//! generator RNG streams numbered across ranks) through a [`Dist`] handle that:
+//!
+//! - checks before anything else that all ranks run the same configuration (a fingerprint, then a
+//!   field-by-field comparison that names what differs) — [`consistency`];
+//! - broadcasts parameters and optimiser state from rank 0 before step 1 — [`state`];
+//! - averages gradients with allreduces of fused buckets in a fixed order, started on a
+//!   communication thread while backward is still running (overlap) — [`step`], [`comm_thread`];
+//! - scales the learning rate with the number of ranks (none / linear / sqrt, with warm-up);
+//! - compares parameter checksums every `--checksum-every` steps and at the end;
+//! - gathers every rank's example state into rank 0's checkpoints so that `--resume` continues
+//!   exactly on the same number of ranks, and restarts the examples on another number;
+//! - records a Chrome-trace timeline (`--timeline`) — [`timeline`].
+//!
+//! Without `--comm` (and outside `mpirun`) nothing changes: a group of one, no thread, the plain
+//! single-machine step.
+
+pub mod comm_thread;
+pub mod consistency;
+pub mod state;
+pub mod step;
+pub mod timeline;
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use ffn_comm::{Backend, CommOptions, Communicator};
+use ffn_core::network::ConvStack3d;
+use ffn_core::training::distributed::{BucketPlan, LrScaling, RankScaling};
+use ffn_core::training::trainer::TrainerConfig;
+
+use comm_thread::CommThread;
+use timeline::Timeline;
+
+/// `--lr-scaling` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LrScalingArg {
+    /// Same learning rate on any number of ranks.
+    None,
+    /// Learning rate x ranks (the seed paper).
+    Linear,
+    /// Learning rate x sqrt(ranks).
+    Sqrt,
+}
+
+impl From<LrScalingArg> for LrScaling {
+    fn from(a: LrScalingArg) -> Self {
+        match a {
+            LrScalingArg::None => LrScaling::None,
+            LrScalingArg::Linear => LrScaling::Linear,
+            LrScalingArg::Sqrt => LrScaling::Sqrt,
+        }
+    }
+}
+
+fn parse_backend(s: &str) -> std::result::Result<Backend, String> {
+    s.parse::<Backend>().map_err(|e| e.to_string())
+}
+
+/// Data-parallel options of `ffn train`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DistArgs {
+    /// Data-parallel training over this communicator: local (threads of this process, --ranks N),
+    /// shm or zmq (processes started by `ffn launch -n N -- train ...`), mpi (under mpirun; detected
+    /// without this flag).
+    #[arg(long, value_name = "BACKEND", value_parser = parse_backend)]
+    pub comm: Option<Backend>,
+    /// Ranks (threads) of `--comm local`.
+    #[arg(long, default_value_t = 1)]
+    pub ranks: usize,
+    /// Learning rate scaling with the number of ranks.
+    #[arg(long, value_enum, default_value_t = LrScalingArg::Linear)]
+    pub lr_scaling: LrScalingArg,
+    /// Steps over which the rank scaling ramps linearly from the base rate to the scaled rate.
+    #[arg(long, default_value_t = 2000)]
+    pub lr_scaling_warmup: u64,
+    /// Minimum size of a fused allreduce bucket in KiB (0: one bucket per layer).
+    #[arg(long, default_value_t = 256)]
+    pub bucket_kib: usize,
+    /// Reduce all gradients after backward instead of overlapping with it.
+    #[arg(long)]
+    pub no_overlap: bool,
+    /// Compare parameter checksums across ranks every N steps and at the end (0: only at the end).
+    #[arg(long, default_value_t = 100)]
+    pub checksum_every: u64,
+    /// Write a Chrome-trace timeline (chrome://tracing, Perfetto) of the first steps to this file.
+    #[arg(long, value_name = "TRACE_JSON")]
+    pub timeline: Option<PathBuf>,
+    /// Steps recorded in the timeline.
+    #[arg(long, default_value_t = 50)]
+    pub timeline_steps: u64,
+    /// Seconds before a dead or stalled peer is an error (default: FFN_COMM_TIMEOUT or 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub comm_timeout: Option<f64>,
+}
+
+impl Default for DistArgs {
+    fn default() -> Self {
+        Self {
+            comm: None,
+            ranks: 1,
+            lr_scaling: LrScalingArg::Linear,
+            lr_scaling_warmup: 2000,
+            bucket_kib: 256,
+            no_overlap: false,
+            checksum_every: 100,
+            timeline: None,
+            timeline_steps: 50,
+            comm_timeout: None,
+        }
+    }
+}
+
+/// The launcher variables that say a process runs under `mpirun` / an MPI process manager.
+const MPI_ENV: [&str; 2] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"];
+
+/// The backend to use: `--comm`, or MPI when started by mpirun, or none.
+pub fn select_backend(args: &DistArgs, env: impl Fn(&str) -> Option<String>) -> Result<Option<Backend>> {
+    if let Some(b) = args.comm {
+        if b != Backend::Local && args.ranks != 1 {
+            bail!(
+                "--ranks {} is only for --comm local; start {} ranks with `ffn launch -n N -- train ...` or mpirun -n N",
+                args.ranks,
+                b
+            );
+        }
+        b.ensure_compiled_in().with_context(|| format!("--comm {b}"))?;
+        return Ok(Some(b));
+    }
+    if args.ranks != 1 {
+        bail!("--ranks {} needs --comm local", args.ranks);
+    }
+    if let Some((var, val)) = MPI_ENV.iter().find_map(|v| env(v).map(|x| (*v, x))) {
+        Backend::Mpi.ensure_compiled_in().with_context(|| {
+            format!("running under an MPI launcher ({var}={val}) but this ffn has no MPI; or pass --comm shm/zmq")
+        })?;
+        return Ok(Some(Backend::Mpi));
+    }
+    Ok(None)
+}
+
+/// Whether this process prints the run's summary: rank 0, or a process outside any job.
+pub fn is_root_process(args: &DistArgs) -> bool {
+    let env = |k: &str| std::env::var(k).ok();
+    match select_backend(args, env) {
+        Ok(Some(b)) if b != Backend::Local => {
+            let rank = if b == Backend::Mpi {
+                ["OMPI_COMM_WORLD_RANK", "PMI_RANK"].iter().find_map(|v| env(v))
+            } else {
+                ffn_comm::WorldInfo::from_env().ok().map(|w| w.rank.to_string())
+            };
+            rank.is_none_or(|r| r.trim() == "0")
+        }
+        _ => true,
+    }
+}
+
+fn comm_options(args: &DistArgs) -> Result<CommOptions> {
+    let mut o = CommOptions::from_env().context("communicator options from the environment")?;
+    if let Some(t) = args.comm_timeout {
+        if !(t.is_finite() && t > 0.0 && t < 1e9) {
+            bail!("--comm-timeout {t}: expected a positive number of seconds");
+        }
+        o.timeout = Duration::from_secs_f64(t);
+        o.stall_warning = o.stall_warning.min(o.timeout / 2);
+    }
+    Ok(o)
+}
+
+/// Runs `body` as every rank of the job that `args` describes and returns rank 0's result (the
+/// only rank for process backends, whose other processes return their own). With `--comm local
+/// --ranks N` the ranks are N threads; when one fails, the others stop at their next collective
+/// and the errors are reported together.
+pub fn run<T: Send>(args: &DistArgs, body: impl Fn(&Dist) -> Result<T> + Sync) -> Result<T> {
+    let Some(backend) = select_backend(args, |k| std::env::var(k).ok())? else {
+        let dist = Dist::single(args);
+        let out = body(&dist)?;
+        dist.finish()?;
+        return Ok(out);
+    };
+    let opts = comm_options(args)?;
+    if backend != Backend::Local {
+        let factory: comm_thread::Factory = Box::new(move || ffn_comm::connect(backend, &opts));
+        let dist = Dist::connect(args, factory)?;
+        let out = body(&dist)?;
+        dist.finish()?;
+        return Ok(out);
+    }
+    if args.ranks == 0 || args.ranks > 1024 {
+        bail!("--ranks {}: expected 1..=1024", args.ranks);
+    }
+    let group = ffn_comm::local::LocalComm::group_with(args.ranks, opts).context("--comm local")?;
+    let body = &body;
+    let results: Vec<Result<T>> = std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .into_iter()
+            .enumerate()
+            .map(|(rank, comm)| {
+                std::thread::Builder::new()
+                    .name(format!("ffn-rank-{rank}"))
+                    .spawn_scoped(s, move || -> Result<T> {
+                        let dist = Dist::connect(args, Box::new(move || Ok(Box::new(comm) as Box<dyn Communicator>)))?;
+                        let out = body(&dist)?;
+                        dist.finish()?;
+                        Ok(out)
+                    })
+                    .map_err(|e| anyhow!("starting rank thread {rank}: {e}"))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.and_then(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))))
+            .collect()
+    });
+    let mut first = None;
+    let mut errors = Vec::new();
+    for (rank, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(v) if rank == 0 => first = Some(v),
+            Ok(_) => {}
+            Err(e) => errors.push(format!("rank {rank}: {e:#}")),
+        }
+    }
+    if !errors.is_empty() {
+        bail!("{}", errors.join("\n"));
+    }
+    first.ok_or_else(|| anyhow!("rank 0 returned no result"))
+}
+
+/// One rank's view of a data-parallel job (a group of one without `--comm`). All methods take
+/// `&self`, so closures of the training loop can share it.
+pub struct Dist {
+    args: DistArgs,
+    comm: Option<CommThread>,
+    rank: usize,
+    size: usize,
+    scaling: RankScaling,
+    plan: RefCell<Option<BucketPlan>>,
+    /// Reused bucket buffers (index = bucket).
+    pool: RefCell<Vec<Vec<f32>>>,
+    timeline: RefCell<Option<TimelineState>>,
+}
+
+/// The timeline being recorded and its window.
+struct TimelineState {
+    line: Timeline,
+    /// First recorded step (set by the first step).
+    first_step: Option<u64>,
+    written: bool,
+}
+
+impl Dist {
+    fn new(args: &DistArgs, comm: Option<CommThread>) -> Self {
+        let (rank, size) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.size()));
+        let scaling =
+            RankScaling { mode: args.lr_scaling.into(), ranks: size, warmup_steps: args.lr_scaling_warmup };
+        let timeline = args
+            .timeline
+            .as_ref()
+            .map(|_| TimelineState { line: Timeline::new(), first_step: None, written: false });
+        Self {
+            args: args.clone(),
+            comm,
+            rank,
+            size,
+            scaling,
+            plan: RefCell::new(None),
+            pool: RefCell::new(Vec::new()),
+            timeline: RefCell::new(timeline),
+        }
+    }
+
+    /// A group of one without a communicator.
+    pub fn single(args: &DistArgs) -> Self {
+        Self::new(args, None)
+    }
+
+    /// Joins a job through a communicator created by `factory` on the communication thread.
+    pub fn connect(args: &DistArgs, factory: comm_thread::Factory) -> Result<Self> {
+        let comm = CommThread::start(factory)?;
+        Ok(Self::new(args, Some(comm)))
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Whether this is rank 0 (the one that writes checkpoints, logs and pictures).
+    pub fn is_root(&self) -> bool {
+        self.rank == 0
+    }
+
+    /// The backend name, if any.
+    pub fn backend(&self) -> Option<&'static str> {
+        self.comm.as_ref().map(CommThread::backend)
+    }
+
+    /// The learning-rate factor rule of this job.
+    pub fn scaling(&self) -> RankScaling {
+        self.scaling
+    }
+
+    /// The options.
+    pub fn args(&self) -> &DistArgs {
+        &self.args
+    }
+
+    pub(crate) fn comm(&self) -> Option<&CommThread> {
+        self.comm.as_ref()
+    }
+
+    /// `cfg` with this rank's share of the coordinates (offset = rank, stride = ranks).
+    pub fn trainer_config(&self, cfg: TrainerConfig) -> TrainerConfig {
+        TrainerConfig { coord_offset: self.rank as u64, coord_stride: self.size as u64, ..cfg }
+    }
+
+    /// The bucket plan for `net` (built once).
+    pub(crate) fn plan_for(&self, net: &ConvStack3d) -> Result<std::cell::Ref<'_, BucketPlan>> {
+        if self.plan.borrow().as_ref().is_none_or(|p| p.total() != net.params().len()) {
+            let floats = self.args.bucket_kib.saturating_mul(1024) / 4;
+            let plan = BucketPlan::new(&net.grad_ready_order(), floats).map_err(|e| anyhow!("gradient buckets: {e}"))?;
+            *self.pool.borrow_mut() =
+                plan.buckets().iter().enumerate().map(|(i, b)| vec![0.0; b.len() + usize::from(i == 0)]).collect();
+            *self.plan.borrow_mut() = Some(plan);
+        }
+        std::cell::Ref::filter_map(self.plan.borrow(), Option::as_ref).map_err(|_| anyhow!("internal: no bucket plan"))
+    }
+
+    /// Broadcast of `bytes` from `root` (lengths must agree); identity without a communicator.
+    pub(crate) fn broadcast(&self, bytes: Vec<u8>, root: usize) -> Result<Vec<u8>> {
+        match &self.comm {
+            Some(c) => c.broadcast(bytes, root),
+            None => Ok(bytes),
+        }
+    }
+
+    /// Broadcast of a variable-length message from `root`: its length first, then the bytes.
+    pub(crate) fn broadcast_message(&self, bytes: Vec<u8>, root: usize) -> Result<Vec<u8>> {
+        let len = self.broadcast((bytes.len() as u64).to_le_bytes().to_vec(), root)?;
+        let len = u64::from_le_bytes(len.try_into().map_err(|_| anyhow!("internal: bad length message"))?);
+        let buf = if self.rank == root { bytes } else { vec![0u8; usize::try_from(len)?] };
+        self.broadcast(buf, root)
+    }
+
+    /// Element-wise sum over ranks; identity without a communicator.
+    pub(crate) fn sum(&self, buf: Vec<f32>) -> Result<Vec<f32>> {
+        match &self.comm {
+            Some(c) => c.sum(buf),
+            None => Ok(buf),
+        }
+    }
+
+    /// Rank 0's value of a decision, on every rank (e.g. "the time limit is reached", which each
+    /// rank's clock would decide differently). No collective when `needed` is false on all ranks
+    /// (it must be the same on all ranks: it comes from the checked configuration).
+    pub fn agree_if(&self, needed: bool, local: impl FnOnce() -> bool) -> Result<bool> {
+        if !needed {
+            return Ok(false);
+        }
+        let v = local();
+        if self.comm.is_none() {
+            return Ok(v);
+        }
+        let b = self.broadcast(vec![u8::from(v)], 0)?;
+        Ok(b.first() == Some(&1))
+    }
+
+    /// Writes the timeline if it is still pending (called at the end of the window and at the end
+    /// of training; collective).
+    pub fn flush_timeline(&self) -> Result<()> {
+        let origin = {
+            let t = self.timeline.borrow();
+            let Some(t) = t.as_ref() else { return Ok(()) };
+            if t.written {
+                return Ok(());
+            }
+            t.line.origin_unix_us()
+        };
+        // Rank 0's origin becomes time zero.
+        let origin = self.broadcast(origin.to_le_bytes().to_vec(), 0)?;
+        let origin = f64::from_le_bytes(origin.try_into().map_err(|_| anyhow!("internal: bad origin"))?);
+        let mine = match self.timeline.borrow().as_ref() {
+            Some(t) => t.line.to_trace_events(self.rank, origin),
+            None => Vec::new(),
+        };
+        let mut all = vec![Vec::new(); self.size];
+        for r in 0..self.size {
+            let text = if r == self.rank { serde_json::to_vec(&mine)? } else { Vec::new() };
+            let text = self.broadcast_message(text, r)?;
+            if self.is_root() {
+                all[r] = serde_json::from_slice(&text).context("timeline events of a rank")?;
+            }
+        }
+        if let Some(t) = self.timeline.borrow_mut().as_mut() {
+            t.written = true;
+        }
+        if let (true, Some(path)) = (self.is_root(), &self.args.timeline) {
+            let plan = self.plan.borrow();
+            let meta = serde_json::json!({
+                "ranks": self.size,
+                "backend": self.backend().unwrap_or("none"),
+                "overlap": !self.args.no_overlap,
+                "buckets": plan.as_ref().map(|p| p.buckets().iter().map(|b| [b.start, b.end]).collect::<Vec<_>>()),
+            });
+            timeline::write_trace(path, &all, meta)?;
+        }
+        Ok(())
+    }
+
+    /// The end of a successful run on this rank: the pending timeline is written.
+    pub fn finish(&self) -> Result<()> {
+        self.flush_timeline()
+    }
+}

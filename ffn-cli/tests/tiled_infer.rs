@@ -1,0 +1,114 @@
+//! `ffn infer-tiled` end to end with the oracle predictor: tiled results equal the untiled run for
+//! several tile sizes, and interrupted runs resume without recomputing finished tiles.
+
+mod tiled_common;
+use tiled_common::*;
+
+use std::time::{Duration, Instant};
+
+#[test]
+fn tiled_equals_untiled_for_several_tile_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = [36, 40, 32];
+    let (img, truth) = write_boxes(dir.path(), shape, 5);
+    let out_h5 = dir.path().join("out.h5");
+    // One tile covering the whole volume is the untiled canvas run.
+    let untiled = format!("{}:untiled", s(&out_h5));
+    let mut args = vec!["infer-tiled", "--image", &img, "--out", &untiled, "--tile-size", "64"];
+    args.extend(ORACLE);
+    let stdout = ok(&args);
+    assert_eq!(computed(&stdout), vec![1], "{stdout}");
+    let base = read_seg(&untiled);
+    assert_eq!(arand(&truth, &base), 0.0, "the untiled oracle run should recover the boxes");
+    let want = canonical(&base);
+    for (size, overlap) in [("20", "8"), ("16,24,20", "7,9,7"), ("28,12,32", "7")] {
+        let name = format!("{}:tiled_{}", s(&out_h5), size.replace(',', "_"));
+        let store = dir.path().join(format!("store_{}", size.replace(',', "_")));
+        let mut args = vec![
+            "infer-tiled",
+            "--image",
+            &img,
+            "--out",
+            &name,
+            "--tile-size",
+            size,
+            "--tile-overlap",
+            overlap,
+            "--tile-store",
+        ];
+        let store_s = s(&store);
+        args.push(&store_s);
+        args.extend(ORACLE);
+        let stdout = ok(&args);
+        assert!(computed(&stdout)[0] > 1, "{stdout}");
+        let got = read_seg(&name);
+        assert_eq!(arand(&base, &got), 0.0, "tile size {size} overlap {overlap}");
+        assert!(canonical(&got) == want, "tile size {size} overlap {overlap}: {stdout}");
+    }
+}
+
+#[test]
+fn a_limited_run_resumes_without_recomputing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, truth) = write_boxes(dir.path(), [30, 30, 30], 8);
+    let out = format!("{}:seg", s(&dir.path().join("out.h5")));
+    let store = s(&dir.path().join("tiles"));
+    let mut args = vec!["infer-tiled", "--image", &img, "--out", &out, "--tile-size", "18", "--tile-store", &store];
+    args.extend(ORACLE);
+    // 30 voxels, tiles of 18 overlapping by 7: 2 tiles per axis, 8 in all.
+    let mut first = args.clone();
+    first.extend(["--max-tiles", "3"]);
+    let stdout = ok(&first);
+    assert_eq!(computed(&stdout), vec![3], "{stdout}");
+    assert!(stdout.contains("stopped with 3/8 tiles finished"), "{stdout}");
+    assert!(h5(|| ffn_io::read_labels(&out.parse().unwrap())).is_err(), "no output before all tiles are done");
+    let stdout = ok(&args);
+    assert_eq!(computed(&stdout), vec![5], "{stdout}");
+    assert!(stdout.contains("skipped 3 finished"), "{stdout}");
+    assert_eq!(arand(&truth, &read_seg(&out)), 0.0);
+    // Everything finished: a third run only merges.
+    let stdout = ok(&args);
+    assert_eq!(computed(&stdout), vec![0], "{stdout}");
+    // Another plan with the same store is refused instead of mixing tiles.
+    let mut other = args.clone();
+    other[6] = "20";
+    let e = ffn(&other);
+    assert!(!e.status.success());
+    assert!(String::from_utf8_lossy(&e.stderr).contains("made for another run"));
+}
+
+#[test]
+fn a_killed_run_resumes_with_only_the_unfinished_tiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, truth) = write_boxes(dir.path(), [40, 40, 40], 13);
+    let out = format!("{}:seg", s(&dir.path().join("out.h5")));
+    let store = dir.path().join("tiles");
+    let store_s = s(&store);
+    // Tiles of 12 moving by 5: 7 per axis, 343 tiles, long enough to be killed mid-way.
+    let mut args = vec!["infer-tiled", "--image", &img, "--out", &out, "--tile-size", "12", "--tile-store", &store_s];
+    args.extend(ORACLE);
+    let total = 343;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ffn"))
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let count = || {
+        std::fs::read_dir(&store)
+            .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".bin")).count())
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while count() < 5 && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let done = count();
+    assert!(done >= 5 && done < total, "{done} tiles finished before the kill");
+    let stdout = ok(&args);
+    assert_eq!(computed(&stdout), vec![total - done], "{stdout}");
+    assert!(stdout.contains(&format!("skipped {done} finished")), "{stdout}");
+    assert_eq!(arand(&truth, &read_seg(&out)), 0.0);
+}
