@@ -127,7 +127,12 @@ fn resume_refuses_a_changed_configuration_and_bad_inputs_are_named() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("no --image s:"), "{err}");
     // A margin too small for the training patch is reported with the coordinate.
-    let o = train(&common, &["--out", &out, "--max-steps", "10", "--fov", "9,9,9", "--deltas", "3,3,3"]);
+    let mut big = common.clone();
+    let i = big.iter().position(|a| a == "--fov").unwrap();
+    big[i + 1] = "9,9,9".into();
+    let i = big.iter().position(|a| a == "--deltas").unwrap();
+    big[i + 1] = "3,3,3".into();
+    let o = train(&big, &["--out", &out, "--max-steps", "10"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("does not fit"), "{err}");
 }

@@ -22,7 +22,7 @@
 //! whose communicator was dropped, and the abort word set by a rank that failed, so a dead peer is
 //! an error within milliseconds (exit) or the timeout (stall), never a hang.
 
-use crate::reduce::{add_assign, chunk_range};
+use crate::reduce::{add_assign, chunk_range, copy_floats};
 use crate::stall::StallClock;
 use crate::{CommError, CommOptions, Communicator, WorldInfo, check_root};
 use memmap2::MmapMut;
@@ -336,8 +336,8 @@ impl ShmComm {
             // SAFETY: this rank's slot in this set is only written by this rank, and nobody reads it
             // until barrier A.
             let dst = unsafe { seg.slot(set, me, 0..b.len()) };
-            dst[..mine.start].copy_from_slice(&b[..mine.start]);
-            dst[mine.end..].copy_from_slice(&b[mine.end..]);
+            copy_floats(&mut dst[..mine.start], &b[..mine.start]);
+            copy_floats(&mut dst[mine.end..], &b[mine.end..]);
         }
         if let Some(desc) = first {
             self.publish(set, desc);
@@ -356,7 +356,7 @@ impl ShmComm {
                 // this rank (into its own slot), and other ranks read it only after barrier B.
                 let out = unsafe { seg.slot(set, me, s..e) };
                 let part = |q: usize| -> &[f32] { if q == me { &b[s..e] } else { unsafe { seg.slot(set, q, s..e) } } };
-                out.copy_from_slice(part(0));
+                copy_floats(out, part(0));
                 for q in 1..n {
                     add_assign(out, part(q));
                 }
@@ -371,7 +371,7 @@ impl ShmComm {
             // SAFETY: rank q finished its chunk before barrier B and rewrites this set only after
             // everyone passes the next round's barrier A.
             let src = unsafe { seg.slot(set, q, c.clone()) };
-            b[c].copy_from_slice(src);
+            copy_floats(&mut b[c], src);
         }
         Ok(())
     }

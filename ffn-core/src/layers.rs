@@ -114,6 +114,7 @@ pub fn concat2_padded(g: &Padded, a: &[f32], b: &[f32], out: &mut [f32]) {
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::rng::Rng;

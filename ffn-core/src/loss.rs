@@ -65,6 +65,7 @@ pub fn sigmoid_ce_mean_grad(logits: &[f32], labels: &[f32], grad: &mut [f32]) ->
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
     use crate::rng::Rng;

@@ -358,8 +358,7 @@ mod tests {
             assert_eq!(pa, pb, "{name}");
             assert_eq!(a.name(), name);
         }
-        let mut a = Adam::default();
-        a.t = (1 << 40) + 12345;
+        let a = Adam { t: (1 << 40) + 12345, ..Adam::default() };
         let mut b = Adam::default();
         b.load_state(&a.state()).unwrap();
         assert_eq!(b.steps(), a.steps());

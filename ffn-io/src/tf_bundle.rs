@@ -374,8 +374,11 @@ fn read_block<'a>(
     Ok(block)
 }
 
+/// One table entry: the full key and the value bytes.
+type BlockEntry<'a> = (Vec<u8>, &'a [u8]);
+
 /// Every (key, value) of one table block.
-fn block_entries(block: &[u8]) -> Result<Vec<(Vec<u8>, &[u8])>, String> {
+fn block_entries(block: &[u8]) -> Result<Vec<BlockEntry<'_>>, String> {
     if block.len() < 4 {
         return Err("block shorter than its restart count".into());
     }
@@ -388,7 +391,7 @@ fn block_entries(block: &[u8]) -> Result<Vec<(Vec<u8>, &[u8])>, String> {
         .and_then(|r| n.checked_sub(r))
         .ok_or("restart table larger than its block")?;
     let mut c = Cursor::new(&block[..data_end]);
-    let mut out: Vec<(Vec<u8>, &[u8])> = Vec::new();
+    let mut out: Vec<BlockEntry<'_>> = Vec::new();
     let mut key: Vec<u8> = Vec::new();
     while !c.done() {
         let shared = usize::try_from(c.varint()?).map_err(|_| "bad key length")?;

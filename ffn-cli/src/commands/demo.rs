@@ -74,6 +74,9 @@ pub struct Args {
     /// Smallest segment kept by inference (voxels).
     #[arg(long, default_value_t = 100)]
     pub min_segment_size: usize,
+    /// Segment only a centred crop x,y,z of the held-out part (bounds inference time on large volumes).
+    #[arg(long)]
+    pub test_crop: Option<String>,
     /// Seed of data, weights and sampling.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -150,6 +153,17 @@ pub fn run(args: Args) -> Result<()> {
             (a.image, a.labels, b.image, b.labels)
         }
     };
+    let (test_img, test_lab) = match &args.test_crop {
+        None => (test_img, test_lab),
+        Some(c) => {
+            let c = parse_xyz(c).context("--test-crop")?;
+            let d = [test_img.dim().0, test_img.dim().1, test_img.dim().2];
+            let lo = [0, 1, 2].map(|a| d[a].saturating_sub(c[a]) / 2);
+            let hi = [0, 1, 2].map(|a| (lo[a] + c[a]).min(d[a]));
+            let sl = s![lo[0]..hi[0], lo[1]..hi[1], lo[2]..hi[2]];
+            (test_img.slice(sl).to_owned(), test_lab.slice(sl).to_owned())
+        }
+    };
     for (ds, v) in [("train_image", &train_img), ("test_image", &test_img)] {
         ffn_io::write_image_u8(&spec(&data, ds), v)?;
     }
@@ -218,7 +232,7 @@ pub fn run(args: Args) -> Result<()> {
         "--max-seconds".into(),
         ((args.train_minutes * 60.0).round() as u64).max(1).to_string(),
         "--report-every".into(),
-        "25".into(),
+        "100".into(),
         "--checkpoint-every".into(),
         "0".into(),
         "--checkpoint-secs".into(),

@@ -18,7 +18,7 @@ use ffn_core::rng::Rng;
 use ffn_core::training::augmentation::AugmentConfig;
 use ffn_core::training::examples::{ExampleConfig, FovPolicy};
 use ffn_core::training::schedule::{Decay, LrSchedule};
-use ffn_core::training::step::{NoReduce, StepBuffers, StepOptions, train_step};
+use ffn_core::training::step::{StepBuffers, StepOptions};
 use ffn_core::training::trainer::{Trainer, TrainerConfig, TrainingVolume};
 use ffn_io::checkpoint::{Checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint_in_dir};
 use ffn_io::coords::read_coords;
@@ -27,7 +27,8 @@ use serde_json::{Value, json};
 
 use super::coordinates::parse_named_spec;
 use super::partitions::{parse_f32_list, parse_xyz};
-use crate::optimizers::{Optimizer, OptimizerKind, make_optimizer};
+use crate::optimizers::{OptimizerKind, make_optimizer};
+use ffn_core::optim::Optimizer;
 use crate::plot;
 
 /// Name of the extra checkpoint buffer that holds the trainer state.
@@ -156,6 +157,9 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Data-parallel training (`--comm`, `--lr-scaling`, `--timeline`, ...).
+    #[command(flatten)]
+    pub dist: crate::distributed::DistArgs,
 }
 
 /// FOV policy names as google/ffn spells them.
@@ -482,6 +486,11 @@ fn write_curve(path: &Path, rows: &[LogRow]) -> Result<()> {
 
 /// Trains; returns what happened. Prints progress unless `args.quiet`.
 pub fn train(args: &Args) -> Result<Summary> {
+    crate::distributed::run(&args.dist, |dist| train_on(args, dist))
+}
+
+/// Trains as one rank of `dist` (a group of one without `--comm`): rank 0 alone writes files.
+fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
     let fov = parse_xyz(&args.fov).context("--fov")?;
     let deltas = parse_xyz(&args.deltas).context("--deltas")?;
     let model = ModelConfig { depth: args.depth, features: args.features, fov, deltas };
@@ -513,12 +522,13 @@ pub fn train(args: &Args) -> Result<Summary> {
     ensure!(args.clip >= 0.0, "--clip: expected >= 0, found {}", args.clip);
     ensure!(args.report_every >= 1, "--report-every: expected >= 1");
     let opts = StepOptions { schedule, clip: (args.clip > 0.0).then_some(args.clip) };
-    let mut trainer = Trainer::new(TrainerConfig::new(example, args.batch_size, args.seed), volumes, coord_file.coords)
+    let mut trainer = Trainer::new(dist.trainer_config(TrainerConfig::new(example, args.batch_size, args.seed)), volumes, coord_file.coords)
         .with_context(|| format!("training data from {}", args.coords.display()))?;
     let cfg_json = config_json(args, &model, &norms, n_coords);
+    dist.check_config(args, &cfg_json)?;
     let ckpt_dir = args.out.join("checkpoints");
     fs::create_dir_all(&ckpt_dir).with_context(|| format!("creating {}", ckpt_dir.display()))?;
-    let mut opt = make_optimizer(args)?;
+    let mut opt = make_optimizer(args);
     let (mut net, resumed_from) = match args.resume.then(|| latest_checkpoint(&ckpt_dir)).transpose()?.flatten() {
         Some(path) => {
             let ck = load_checkpoint(&path)?;
@@ -534,28 +544,39 @@ pub fn train(args: &Args) -> Result<Summary> {
             })?;
             let mut opt_state = Vec::new();
             let mut state = None;
+            let mut rank_states = Vec::new();
             for (name, buf) in ck.optimizer {
                 if name == TRAINER_STATE {
                     state = Some(buf);
+                } else if crate::distributed::state::is_rank_state(&name) {
+                    rank_states.push((name, buf));
                 } else {
                     opt_state.push((name, buf));
                 }
             }
             let state = state.with_context(|| format!("{}: no {TRAINER_STATE} buffer", path.display()))?;
-            trainer
-                .load_state(&f32_to_bytes(&state, state_len as usize)?)
-                .with_context(|| format!("{}", path.display()))?;
-            ensure!(trainer.steps() == ck.step, "{}: step {} but trainer state at {}", path.display(), ck.step, trainer.steps());
+            if !dist.restore_trainer(&mut trainer, &path, &ck.training_config, &state, &rank_states, ck.step)? {
+                trainer
+                    .load_state(&f32_to_bytes(&state, state_len as usize)?)
+                    .with_context(|| format!("{}", path.display()))?;
+                ensure!(trainer.steps() == ck.step, "{}: step {} but trainer state at {}", path.display(), ck.step, trainer.steps());
+            }
             opt.load_state(&opt_state).with_context(|| format!("{}", path.display()))?;
             (ConvStack3d::from_params(model, ck.params)?, Some(path))
         }
         None => (ConvStack3d::new(model, args.init_stddev, &mut Rng::new(args.seed)), None),
     };
     let start_step = trainer.steps();
-    let (log, mut rows) = Log::open(&args.out, args.log_format, resumed_from.as_ref().map(|_| start_step))?;
+    dist.broadcast_initial(&mut net, opt.as_mut(), start_step)?;
+    let (log, mut rows) = if dist.is_root() {
+        Log::open(&args.out, args.log_format, resumed_from.as_ref().map(|_| start_step))?
+    } else {
+        (Log { path: PathBuf::new(), format: args.log_format }, Vec::new())
+    };
     let curve = args.out.join("training_curve.png");
     if let Some(p) = &resumed_from
         && !args.quiet
+        && dist.is_root()
     {
         eprintln!("resuming from {} (step {start_step})", p.display());
     }
@@ -563,17 +584,25 @@ pub fn train(args: &Args) -> Result<Summary> {
         let state = trainer.save_state();
         let mut optimizer = opt.state();
         optimizer.push((TRAINER_STATE.to_string(), bytes_to_f32(&state)));
+        let distributed = dist.gather_trainer_states(trainer, &mut optimizer)?;
+        if !dist.is_root() {
+            return Ok(ckpt_dir.join(ffn_io::checkpoint::checkpoint_file_name(trainer.steps())));
+        }
         let ck = Checkpoint {
             model,
             params: net.params().to_vec(),
             optimizer,
             step: trainer.steps(),
             rng_state: Rng::new(args.seed).state(),
-            training_config: json!({ "config": cfg_json, "trainer_state_bytes": state.len() }),
+            training_config: if distributed.is_null() {
+                json!({ "config": cfg_json, "trainer_state_bytes": state.len() })
+            } else {
+                json!({ "config": cfg_json, "trainer_state_bytes": state.len(), "distributed": distributed })
+            },
         };
         Ok(save_checkpoint_in_dir(&ckpt_dir, &ck, args.keep_checkpoints)?)
     };
-    let bar = if args.quiet || start_step >= args.max_steps {
+    let bar = if args.quiet || !dist.is_root() || start_step >= args.max_steps {
         ProgressBar::hidden()
     } else {
         let b = ProgressBar::new(args.max_steps);
@@ -590,14 +619,14 @@ pub fn train(args: &Args) -> Result<Summary> {
     let mut last_ckpt = Instant::now();
     let mut checkpoint = resumed_from.clone();
     while trainer.steps() < args.max_steps
-        && (args.max_seconds == 0 || t0.elapsed().as_secs_f64() < args.max_seconds as f64)
+        && !dist.agree_if(args.max_seconds > 0, || t0.elapsed().as_secs_f64() >= args.max_seconds as f64)?
     {
-        let r = train_step(&mut trainer, &mut net, &mut bufs, &opts, &mut NoReduce, |p, g, lr| opt.step(p, g, lr))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let r = dist.step(&mut trainer, &mut net, &mut bufs, &opts, |p, g, lr| opt.step(p, g, lr))?;
         ensure!(r.loss.is_finite(), "step {}: loss is {} (diverged); lower --learning-rate", trainer.steps(), r.loss);
         let lr = r.lr;
         window_steps += 1;
         let step = trainer.steps();
+        dist.check_weights(step, net.params(), false)?;
         bar.set_position(step);
         if step % args.report_every == 0 {
             let m = trainer.take_metrics();
@@ -610,7 +639,7 @@ pub fn train(args: &Args) -> Result<Summary> {
                 f1: m.f1,
                 accuracy: m.accuracy,
                 examples: m.examples,
-                examples_per_s: (window_steps * args.batch_size as u64) as f64 / secs,
+                examples_per_s: (window_steps * (args.batch_size * dist.size()) as u64) as f64 / secs,
                 lr: lr as f64,
                 elapsed_s: t0.elapsed().as_secs_f64(),
             };
@@ -620,25 +649,32 @@ pub fn train(args: &Args) -> Result<Summary> {
             } else if bar.is_hidden() {
                 eprintln!("{}", row.csv());
             }
-            log.append(&row)?;
+            if dist.is_root() {
+                log.append(&row)?;
+            }
             rows.push(row);
             (window_t, window_steps) = (Instant::now(), 0);
         }
         let by_steps = args.checkpoint_every > 0 && step % args.checkpoint_every == 0;
-        let by_time = args.checkpoint_secs > 0 && last_ckpt.elapsed().as_secs() >= args.checkpoint_secs;
+        let by_time = dist.agree_if(args.checkpoint_secs > 0, || last_ckpt.elapsed().as_secs() >= args.checkpoint_secs)?;
         if by_steps || by_time {
             checkpoint = Some(save(&trainer, &net, opt.as_ref())?);
-            write_curve(&curve, &rows)?;
+            if dist.is_root() {
+                write_curve(&curve, &rows)?;
+            }
             last_ckpt = Instant::now();
         }
     }
     bar.finish_and_clear();
     let done = trainer.steps() - start_step;
+    dist.check_weights(trainer.steps(), net.params(), true)?;
     if checkpoint.as_ref().is_none_or(|p| !p.ends_with(ffn_io::checkpoint::checkpoint_file_name(trainer.steps())))
     {
         checkpoint = Some(save(&trainer, &net, opt.as_ref())?);
     }
-    write_curve(&curve, &rows)?;
+    if dist.is_root() {
+        write_curve(&curve, &rows)?;
+    }
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
     Ok(Summary {
         steps: trainer.steps(),
@@ -647,13 +683,16 @@ pub fn train(args: &Args) -> Result<Summary> {
         curve,
         log: log.path,
         normalisation: norms,
-        examples_per_s: (done * args.batch_size as u64) as f64 / secs,
+        examples_per_s: (done * (args.batch_size * dist.size()) as u64) as f64 / secs,
     })
 }
 
 /// Runs `ffn train`.
 pub fn run(args: Args) -> Result<()> {
     let s = train(&args)?;
+    if !crate::distributed::is_root_process(&args.dist) {
+        return Ok(());
+    }
     for (name, m, sd) in &s.normalisation {
         println!("volume {name}: image mean {m:.3}, stddev {sd:.3}");
     }

@@ -176,14 +176,18 @@ fn serve(comm: &mut dyn Communicator, jobs: mpsc::Receiver<(usize, Job)>, done: 
         let started = Instant::now();
         let result = match (&broken, job) {
             (Some(e), _) => Err(e.clone()),
-            (None, Job::Sum(mut buf)) => comm.allreduce_sum(&mut buf).map(|()| Payload::Floats(buf)),
-            (None, Job::Bytes(mut buf, root)) => comm.broadcast_bytes(&mut buf, root).map(|()| Payload::Bytes(buf)),
+            (None, job) => {
+                let r = match job {
+                    Job::Sum(mut buf) => comm.allreduce_sum(&mut buf).map(|()| Payload::Floats(buf)),
+                    Job::Bytes(mut buf, root) => comm.broadcast_bytes(&mut buf, root).map(|()| Payload::Bytes(buf)),
+                };
+                r.map_err(|e| {
+                    let text = e.to_string();
+                    broken = Some(text.clone());
+                    text
+                })
+            }
         };
-        let result = result.map_err(|e| {
-            let text = e.to_string();
-            broken = Some(text.clone());
-            text
-        });
         if done.send(Done { tag, result, started, finished: Instant::now() }).is_err() {
             break;
         }

@@ -243,6 +243,7 @@ pub struct Dist {
     /// Reused bucket buffers (index = bucket).
     pool: RefCell<Vec<Vec<f32>>>,
     timeline: RefCell<Option<TimelineState>>,
+    last_phases: step::PhaseCell,
 }
 
 /// The timeline being recorded and its window.
@@ -271,6 +272,7 @@ impl Dist {
             plan: RefCell::new(None),
             pool: RefCell::new(Vec::new()),
             timeline: RefCell::new(timeline),
+            last_phases: Default::default(),
         }
     }
 

@@ -17,7 +17,7 @@ use ffn_core::training::trainer::Trainer;
 use serde_json::{Value, json};
 
 use super::Dist;
-use crate::optimizers::Optimizer;
+use ffn_core::optim::Optimizer;
 
 /// Prefix of the checkpoint buffers that hold ranks 1.. example states.
 pub const RANK_STATE_PREFIX: &str = "trainer_state.rank";
@@ -109,7 +109,7 @@ impl Dist {
         let state = if self.is_root() { encode_buffers(&opt.state()) } else { Vec::new() };
         let state = self.broadcast_message(state, 0)?;
         if !self.is_root() {
-            opt.load_state(&decode_buffers(&state)?).context("optimiser state from rank 0")?;
+            opt.load_state(&decode_buffers(&state)?).map_err(|e| anyhow!("optimiser state from rank 0: {e}"))?;
         }
         Ok(())
     }

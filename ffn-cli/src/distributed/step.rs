@@ -14,13 +14,14 @@
 
 use std::cell::Cell;
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Result, anyhow, bail};
 use ffn_core::network::ConvStack3d;
 use ffn_core::network::grad_hooks::GradHook;
 use ffn_core::training::distributed::BucketPlan;
-use ffn_core::training::step::{NoReduce, StepBuffers, StepOptions, StepReport, clip_values, train_step};
+use ffn_core::optim::clip_by_value;
+use ffn_core::training::step::{NoReduce, StepBuffers, StepOptions, StepReport, train_step};
 use ffn_core::training::trainer::Trainer;
 use serde_json::json;
 
@@ -92,10 +93,10 @@ impl GradHook for Overlap<'_> {
                 continue;
             }
             if self.comm.is_some() {
-                let shift = usize::from(b == 0) - bucket.start;
+                let at = lo - bucket.start + usize::from(b == 0);
                 let dst = &mut self.pool[b];
                 if dst.len() == bucket.len() + usize::from(b == 0) {
-                    dst[lo + shift..hi + shift].copy_from_slice(&values[lo - range.start..hi - range.start]);
+                    dst[at..at + (hi - lo)].copy_from_slice(&values[lo - range.start..hi - range.start]);
                 }
             }
             self.remaining[b] = self.remaining[b].saturating_sub(hi - lo);
@@ -198,7 +199,7 @@ impl Dist {
         drop(plan);
         let t4 = Instant::now();
         if let Some(c) = opts.clip {
-            clip_values(&mut bufs.grads, c);
+            clip_by_value(&mut bufs.grads, c);
         }
         apply(net.params_mut(), &bufs.grads, lr);
         trainer.complete_batch(&bufs.logits, loss).map_err(|e| anyhow!("{e}"))?;
@@ -255,9 +256,6 @@ impl Dist {
         Ok(())
     }
 }
-
-/// A zero duration, for tests of [`Phases`].
-pub const ZERO: Duration = Duration::ZERO;
 
 /// Keeps the phases of the last step.
 pub(crate) type PhaseCell = Cell<Phases>;

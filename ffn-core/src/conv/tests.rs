@@ -1,4 +1,5 @@
 //! Reference-vs-fast tests on awkward shapes, and finite-difference checks of the reference.
+#![allow(clippy::needless_range_loop)]
 
 use super::{Conv3dParams, fast, reference};
 use crate::rng::Rng;
@@ -133,7 +134,7 @@ fn flip_weights_reverses_taps_and_swaps_channels() {
     let mut f = vec![0.0; w.len()];
     fast::flip_weights(&p, &w, &mut f);
     // Tap (0,0,1), in 1, out 2 -> tap (2,2,1), [out 2][in 1].
-    let src = ((1) * 2 + 1) * 3 + 2;
+    let src = (2 + 1) * 3 + 2;
     let dst = ((2 * 9 + 2 * 3 + 1) * 3 + 2) * 2 + 1;
     assert_eq!(f[dst], w[src]);
 }

@@ -339,6 +339,7 @@ impl ConvStack3d {
     }
 
     /// Backward of one conv layer: weight gradient, and the input gradient into `gin` if given.
+    #[allow(clippy::too_many_arguments)]
     fn conv_backward(
         &self,
         ws_parts: (&mut Vec<f32>, &mut Vec<f32>),

@@ -1,5 +1,6 @@
 //! Network tests: init, parameter checks, a plain-layout reference composition, buffer reuse and a
 //! finite-difference check of the whole network.
+#![allow(clippy::needless_range_loop)]
 
 use super::*;
 use crate::conv::reference;

@@ -93,13 +93,6 @@ impl<E: fmt::Display> fmt::Display for StepError<E> {
 
 impl<E: fmt::Debug + fmt::Display> core::error::Error for StepError<E> {}
 
-/// Clips every value to `[-max_abs, max_abs]`.
-pub fn clip_values(grads: &mut [f32], max_abs: f32) {
-    for g in grads {
-        *g = g.clamp(-max_abs, max_abs);
-    }
-}
-
 /// Runs one step. `apply(params, grads, lr)` is the optimiser update.
 pub fn train_step<R: GradientReducer>(
     trainer: &mut Trainer,
@@ -124,7 +117,7 @@ pub fn train_step<R: GradientReducer>(
     let mut loss = net.forward_backward(inp.image, inp.seed, inp.labels, inp.batch, &mut bufs.logits, &mut bufs.grads);
     reducer.reduce(&mut bufs.grads, &mut loss).map_err(StepError::Reduce)?;
     if let Some(c) = opts.clip {
-        clip_values(&mut bufs.grads, c);
+        crate::optim::clip_by_value(&mut bufs.grads, c);
     }
     apply(net.params_mut(), &bufs.grads, lr);
     trainer.complete_batch(&bufs.logits, loss).map_err(StepError::Training)?;
@@ -135,6 +128,7 @@ pub fn train_step<R: GradientReducer>(
 mod tests {
     use super::*;
     use crate::model_spec::ModelConfig;
+    use crate::optim::{Momentum, Optimizer};
     use crate::rng::Rng;
     use crate::synth::{SynthConfig, generate};
     use crate::training::augmentation::AugmentConfig;
@@ -157,15 +151,9 @@ mod tests {
         (trainer, net)
     }
 
-    /// Momentum SGD with its velocity as the optimiser state.
-    fn momentum(v: &mut Vec<f32>) -> impl FnOnce(&mut [f32], &[f32], f32) + '_ {
-        move |p, g, lr| {
-            v.resize(p.len(), 0.0);
-            for i in 0..p.len() {
-                v[i] = 0.9 * v[i] + g[i];
-                p[i] -= lr * v[i];
-            }
-        }
+    /// Momentum SGD, whose velocity is the optimiser state.
+    fn momentum(opt: &mut Momentum) -> impl FnOnce(&mut [f32], &[f32], f32) + '_ {
+        move |p, g, lr| opt.step(p, g, lr)
     }
 
     #[test]
@@ -173,12 +161,12 @@ mod tests {
         let opts = StepOptions { schedule: LrSchedule::constant(0.01), clip: Some(0.7) };
         let (mut t, mut net) = setup();
         let mut bufs = StepBuffers::new(&net, &t);
-        let mut vel = Vec::new();
+        let mut vel = Momentum::new(0.9);
         for _ in 0..12 {
             train_step(&mut t, &mut net, &mut bufs, &opts, &mut NoReduce, momentum(&mut vel)).unwrap();
         }
         let (mut a, mut net_a) = setup();
-        let mut vel_a = Vec::new();
+        let mut vel_a = Momentum::new(0.9);
         for _ in 0..6 {
             train_step(&mut a, &mut net_a, &mut bufs, &opts, &mut NoReduce, momentum(&mut vel_a)).unwrap();
         }
@@ -187,14 +175,15 @@ mod tests {
         let (mut b, _) = setup();
         b.load_state(&state).unwrap();
         let mut net_b = ConvStack3d::from_params(*net_a.config(), params).unwrap();
-        let mut vel_b = vel_a.clone();
+        let mut vel_b = Momentum::new(0.9);
+        vel_b.load_state(&vel_a.state()).unwrap();
         for _ in 0..6 {
             train_step(&mut b, &mut net_b, &mut bufs, &opts, &mut NoReduce, momentum(&mut vel_b)).unwrap();
         }
         assert_eq!(b.steps(), 12);
         let bits = |p: &[f32]| p.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(net.params()), bits(net_b.params()));
-        assert_eq!(bits(&vel), bits(&vel_b));
+        assert_eq!(bits(&vel.state()[0].1), bits(&vel_b.state()[0].1));
         assert_eq!(t.save_state(), b.save_state());
         // And the weights did move.
         assert_ne!(bits(net.params()), bits(setup().1.params()));
@@ -223,8 +212,5 @@ mod tests {
         assert!(r.loss > 0.0 && r.lr == 0.01);
         let e = train_step(&mut t, &mut net, &mut bufs, &opts, &mut h, |_, _, _| {}).unwrap_err();
         assert!(alloc::format!("{e}").contains("peer gone"));
-        let mut g = vec![-2.0, 0.1, 3.0];
-        clip_values(&mut g, 0.7);
-        assert_eq!(g, [-0.7, 0.1, 0.7]);
     }
 }
