@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cargo build --release --bin ffn
-./target/release/ffn selfcheck "$@"
+cargo build --release -p ffn-cli --bin ffn
+./target/release/ffn demo "$@"

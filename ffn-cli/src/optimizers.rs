@@ -20,6 +20,10 @@ pub fn make_optimizer(args: &Args) -> Box<dyn Optimizer> {
     match args.optimizer {
         OptimizerKind::Sgd => Box::new(Sgd),
         OptimizerKind::Momentum => Box::new(Momentum::new(args.momentum)),
-        OptimizerKind::Adam => Box::new(Adam::new(args.adam_beta1, args.adam_beta2, args.adam_epsilon)),
+        OptimizerKind::Adam => Box::new(Adam::new(
+            args.adam_beta1,
+            args.adam_beta2,
+            args.adam_epsilon,
+        )),
     }
 }

@@ -48,7 +48,11 @@ fn glyph(c: char) -> [u8; 5] {
 impl Canvas {
     /// A canvas filled with one colour.
     pub fn new(w: usize, h: usize, fill: [u8; 3]) -> Self {
-        Self { w, h, px: vec![fill; w * h] }
+        Self {
+            w,
+            h,
+            px: vec![fill; w * h],
+        }
     }
 
     /// Sets one pixel (ignored outside).
@@ -81,7 +85,11 @@ impl Canvas {
                     if bits >> (2 - col) & 1 == 1 {
                         for a in 0..scale {
                             for b in 0..scale {
-                                self.set(x + (k as i64 * 4 + col) * scale + a, y + row as i64 * scale + b, c);
+                                self.set(
+                                    x + (k as i64 * 4 + col) * scale + a,
+                                    y + row as i64 * scale + b,
+                                    c,
+                                );
                             }
                         }
                     }
@@ -105,10 +113,16 @@ impl Canvas {
         let mut enc = png::Encoder::new(BufWriter::new(file), self.w as u32, self.h as u32);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
-        let mut writer = enc.write_header().with_context(|| format!("writing {}", path.display()))?;
+        let mut writer = enc
+            .write_header()
+            .with_context(|| format!("writing {}", path.display()))?;
         let data: Vec<u8> = self.px.iter().flatten().copied().collect();
-        writer.write_image_data(&data).with_context(|| format!("writing {}", path.display()))?;
-        writer.finish().with_context(|| format!("writing {}", path.display()))?;
+        writer
+            .write_image_data(&data)
+            .with_context(|| format!("writing {}", path.display()))?;
+        writer
+            .finish()
+            .with_context(|| format!("writing {}", path.display()))?;
         Ok(())
     }
 }
@@ -129,7 +143,12 @@ fn fmt_num(v: f64) -> String {
 }
 
 /// One panel: a series of (x, y) points drawn in `color` inside a frame, with min/max labels.
-fn panel(title: &str, points: &[(f64, f64)], color: [u8; 3], y_range: Option<(f64, f64)>) -> Canvas {
+fn panel(
+    title: &str,
+    points: &[(f64, f64)],
+    color: [u8; 3],
+    y_range: Option<(f64, f64)>,
+) -> Canvas {
     let (w, h) = (640usize, 260usize);
     let (left, right, top, bottom) = (70.0, 20.0, 30.0, 30.0);
     let mut c = Canvas::new(w, h, [255, 255, 255]);
@@ -140,12 +159,22 @@ fn panel(title: &str, points: &[(f64, f64)], color: [u8; 3], y_range: Option<(f6
     c.line(left, top, left, top + ph, frame, 1);
     c.line(left + pw, top, left + pw, top + ph, frame, 1);
     c.text(left as i64, 8, title, [0, 0, 0], 3);
-    let finite: Vec<(f64, f64)> = points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
+    let finite: Vec<(f64, f64)> = points
+        .iter()
+        .copied()
+        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .collect();
     if finite.is_empty() {
         return c;
     }
-    let (x0, x1) = finite.iter().fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.0), a.1.max(p.0)));
-    let (y0, y1) = y_range.unwrap_or_else(|| finite.iter().fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.1), a.1.max(p.1))));
+    let (x0, x1) = finite
+        .iter()
+        .fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.0), a.1.max(p.0)));
+    let (y0, y1) = y_range.unwrap_or_else(|| {
+        finite
+            .iter()
+            .fold((f64::MAX, f64::MIN), |a, p| (a.0.min(p.1), a.1.max(p.1)))
+    });
     let (xs, ys) = ((x1 - x0).max(1e-12), (y1 - y0).max(1e-12));
     let grid = [225, 225, 225];
     for k in 1..4 {
@@ -166,7 +195,13 @@ fn panel(title: &str, points: &[(f64, f64)], color: [u8; 3], y_range: Option<(f6
     c.text(4, (top + ph) as i64 - 10, &fmt_num(y0), label, 2);
     c.text(left as i64, (top + ph) as i64 + 8, &fmt_num(x0), label, 2);
     let xt = fmt_num(x1);
-    c.text((left + pw) as i64 - 8 * xt.len() as i64, (top + ph) as i64 + 8, &xt, label, 2);
+    c.text(
+        (left + pw) as i64 - 8 * xt.len() as i64,
+        (top + ph) as i64 + 8,
+        &xt,
+        label,
+        2,
+    );
     c
 }
 
@@ -177,7 +212,13 @@ pub fn training_curve(path: &Path, loss: &[(f64, f64)], f1: &[(f64, f64)]) -> Re
     let mut c = Canvas::new(a.w, a.h + b.h, [255, 255, 255]);
     c.blit(&a, 0, 0);
     c.blit(&b, 0, a.h);
-    c.text(a.w as i64 - 90, (a.h + b.h) as i64 - 14, "step", [0, 0, 0], 2);
+    c.text(
+        a.w as i64 - 90,
+        (a.h + b.h) as i64 - 14,
+        "step",
+        [0, 0, 0],
+        2,
+    );
     c.save(path)
 }
 
@@ -185,14 +226,25 @@ pub fn training_curve(path: &Path, loss: &[(f64, f64)], f1: &[(f64, f64)]) -> Re
 fn colour(id: u64) -> [u8; 3] {
     let mut h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     h ^= h >> 29;
-    let c = [(h & 0xff) as u8, (h >> 8 & 0xff) as u8, (h >> 16 & 0xff) as u8];
+    let c = [
+        (h & 0xff) as u8,
+        (h >> 8 & 0xff) as u8,
+        (h >> 16 & 0xff) as u8,
+    ];
     // Keep colours bright enough to see on dark membranes.
     c.map(|v| 64 + v / 4 * 3)
 }
 
 /// Writes panels side by side: the grey slice, then each labelling blended over it (`h x w`,
 /// row-major), each panel scaled by `zoom`.
-pub fn slice_overlays(path: &Path, w: usize, h: usize, grey: &[u8], labels: &[&[u64]], zoom: usize) -> Result<()> {
+pub fn slice_overlays(
+    path: &Path,
+    w: usize,
+    h: usize,
+    grey: &[u8],
+    labels: &[&[u64]],
+    zoom: usize,
+) -> Result<()> {
     let zoom = zoom.max(1);
     let (pw, ph) = (w * zoom, h * zoom);
     let gap = 4;
@@ -229,15 +281,37 @@ mod tests {
     fn pngs_are_written_with_the_expected_size() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("curve.png");
-        training_curve(&p, &[(0.0, 0.7), (10.0, 0.5), (20.0, 0.3)], &[(0.0, 0.1), (20.0, 0.8)]).unwrap();
+        training_curve(
+            &p,
+            &[(0.0, 0.7), (10.0, 0.5), (20.0, 0.3)],
+            &[(0.0, 0.1), (20.0, 0.8)],
+        )
+        .unwrap();
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         // IHDR width and height, big-endian at bytes 16..24.
-        assert_eq!(u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]), 640);
-        assert_eq!(u32::from_be_bytes([bytes[20], bytes[21], bytes[22], bytes[23]]), 520);
+        assert_eq!(
+            u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]),
+            640
+        );
+        assert_eq!(
+            u32::from_be_bytes([bytes[20], bytes[21], bytes[22], bytes[23]]),
+            520
+        );
         let q = dir.path().join("slice.png");
-        slice_overlays(&q, 3, 2, &[0, 50, 100, 150, 200, 250], &[&[0, 1, 1, 2, 2, 2]], 2).unwrap();
+        slice_overlays(
+            &q,
+            3,
+            2,
+            &[0, 50, 100, 150, 200, 250],
+            &[&[0, 1, 1, 2, 2, 2]],
+            2,
+        )
+        .unwrap();
         let bytes = std::fs::read(&q).unwrap();
-        assert_eq!(u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]), 2 * 6 + 4);
+        assert_eq!(
+            u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]),
+            2 * 6 + 4
+        );
     }
 }

@@ -11,36 +11,85 @@ const LIMIT: Duration = Duration::from_secs(180);
 
 fn mpirun(n: usize, args: &[&str]) -> Command {
     let mut cmd = Command::new("mpirun");
-    cmd.args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string(), FFN]).args(args);
-    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        &n.to_string(),
+        FFN,
+    ])
+    .args(args);
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     cmd
 }
 
 #[test]
 fn mpi_suite_passes_on_2_ranks_with_64_mib() {
-    let f = run(mpirun(2, &["comm-selftest", "--backend", "mpi", "--large"]), LIMIT, "mpirun -n 2");
-    assert_suite_passed(&f, 2, true, "mpirun -n 2 comm-selftest --backend mpi --large");
+    let f = run(
+        mpirun(2, &["comm-selftest", "--backend", "mpi", "--large"]),
+        LIMIT,
+        "mpirun -n 2",
+    );
+    assert_suite_passed(
+        &f,
+        2,
+        true,
+        "mpirun -n 2 comm-selftest --backend mpi --large",
+    );
 }
 
 #[test]
 fn mpi_suite_passes_on_3_ranks_with_the_same_bits_as_local() {
-    let f = run(mpirun(3, &["comm-selftest", "--backend", "mpi"]), LIMIT, "mpirun -n 3");
+    let f = run(
+        mpirun(3, &["comm-selftest", "--backend", "mpi"]),
+        LIMIT,
+        "mpirun -n 3",
+    );
     assert_suite_passed(&f, 3, false, "mpirun -n 3 comm-selftest --backend mpi");
 }
 
 #[test]
 fn a_dead_rank_aborts_the_job() {
-    let f = run(mpirun(2, &["comm-selftest", "--backend", "mpi", "--fail-rank", "1", "--timeout", "30"]), LIMIT, "dead rank");
+    let f = run(
+        mpirun(
+            2,
+            &[
+                "comm-selftest",
+                "--backend",
+                "mpi",
+                "--fail-rank",
+                "1",
+                "--timeout",
+                "30",
+            ],
+        ),
+        LIMIT,
+        "dead rank",
+    );
     assert_ne!(f.code, 0);
     assert!(f.elapsed < Duration::from_secs(25), "took {:?}", f.elapsed);
 }
 
 #[test]
 fn a_stalled_rank_trips_the_watchdog_which_names_the_waiting_rank() {
-    let args = ["comm-selftest", "--backend", "mpi", "--fail-rank", "2", "--fail-mode", "stall", "--timeout", "3"];
+    let args = [
+        "comm-selftest",
+        "--backend",
+        "mpi",
+        "--fail-rank",
+        "2",
+        "--fail-mode",
+        "stall",
+        "--timeout",
+        "3",
+    ];
     let f = run(mpirun(3, &args), LIMIT, "stalled rank");
     assert_ne!(f.code, 0);
     let all = format!("{}{}", f.stdout, f.stderr);
-    assert!(all.contains("rank 0: MPI allreduce did not finish within 3.0 s"), "{all}");
+    assert!(
+        all.contains("rank 0: MPI allreduce did not finish within 3.0 s"),
+        "{all}"
+    );
     assert!(f.elapsed < Duration::from_secs(30), "took {:?}", f.elapsed);
 }

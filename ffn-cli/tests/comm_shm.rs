@@ -12,8 +12,11 @@ const LIMIT: Duration = Duration::from_secs(60);
 fn rank(r: usize, n: usize, name: &str, extra: &[&str]) -> Command {
     let mut cmd = Command::new(FFN);
     cmd.args(["comm-selftest", "--backend", "shm"]).args(extra);
-    cmd.env("RANK", r.to_string()).env("WORLD_SIZE", n.to_string()).env("FFN_SHM_NAME", name);
-    cmd.env_remove("SLURM_PROCID").env_remove("OMPI_COMM_WORLD_RANK");
+    cmd.env("RANK", r.to_string())
+        .env("WORLD_SIZE", n.to_string())
+        .env("FFN_SHM_NAME", name);
+    cmd.env_remove("SLURM_PROCID")
+        .env_remove("OMPI_COMM_WORLD_RANK");
     cmd
 }
 
@@ -29,7 +32,10 @@ fn ranks_started_separately_pass_the_suite_and_leave_no_segment() {
     }
     let want = local_digest(3, false);
     assert_eq!(digests(&out), vec![want; 3]);
-    assert!(!std::path::Path::new("/dev/shm").join(&name).exists(), "segment left behind");
+    assert!(
+        !std::path::Path::new("/dev/shm").join(&name).exists(),
+        "segment left behind"
+    );
 }
 
 #[test]
@@ -42,19 +48,34 @@ fn a_peer_that_exits_is_an_error_naming_it() {
     assert_eq!(f1.code, 3);
     let f0 = finish(c0, LIMIT, "surviving rank");
     assert_eq!(f0.code, 1);
-    assert!(f0.stderr.contains("peer rank 1 is gone") && f0.stderr.contains("exited"), "{}", f0.stderr);
+    assert!(
+        f0.stderr.contains("peer rank 1 is gone") && f0.stderr.contains("exited"),
+        "{}",
+        f0.stderr
+    );
     // Noticed from the process table, long before the 30 s timeout.
-    assert!(f0.elapsed < Duration::from_secs(10), "took {:?}", f0.elapsed);
+    assert!(
+        f0.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        f0.elapsed
+    );
 }
 
 #[test]
 fn a_killed_peer_is_an_error_not_a_hang() {
     let name = unique("kill");
-    let args = ["--fail-rank", "2", "--fail-mode", "stall", "--timeout", "30"];
+    let args = [
+        "--fail-rank",
+        "2",
+        "--fail-mode",
+        "stall",
+        "--timeout",
+        "30",
+    ];
     let c0 = spawn(rank(0, 3, &name, &args));
     let c1 = spawn(rank(1, 3, &name, &args));
     let mut c2 = spawn(rank(2, 3, &name, &args));
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_stderr(&mut c2, "fails now", LIMIT);
     kill9(&mut c2);
     let _ = c2.wait();
     for (r, c) in [(0, c0), (1, c1)] {
@@ -74,6 +95,15 @@ fn a_stalled_peer_times_out_naming_it() {
     kill9(&mut c1);
     let _ = c1.wait();
     assert_eq!(f0.code, 1);
-    assert!(f0.stderr.contains("timed out after 3.0 s waiting for rank(s) [1]"), "{}", f0.stderr);
-    assert!(f0.elapsed < Duration::from_secs(20), "took {:?}", f0.elapsed);
+    assert!(
+        f0.stderr
+            .contains("timed out after 3.0 s waiting for rank(s) [1]"),
+        "{}",
+        f0.stderr
+    );
+    assert!(
+        f0.elapsed < Duration::from_secs(20),
+        "took {:?}",
+        f0.elapsed
+    );
 }

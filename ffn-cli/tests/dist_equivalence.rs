@@ -30,11 +30,16 @@ fn check(name: &str, dist: &ffn_io::checkpoint::Checkpoint, reference: &ffn_io::
     let rel = rel_dist(&dist.params, &reference.params);
     eprintln!("{name}: relative distance to one rank of batch N*b: {rel:.3e}");
     assert!(rel <= 1e-5, "{name}: parameters differ from the single-rank run by {rel:e} (relative)");
-    let mom = |c: &ffn_io::checkpoint::Checkpoint| {
-        c.optimizer.iter().find(|(n, _)| n == "momentum").map(|(_, v)| v.clone()).expect("momentum buffer")
+    let opt = |c: &ffn_io::checkpoint::Checkpoint| -> Vec<(String, Vec<f32>)> {
+        c.optimizer.iter().filter(|(n, _)| !n.starts_with("trainer_state")).cloned().collect()
     };
-    let rel_m = rel_dist(&mom(dist), &mom(reference));
-    assert!(rel_m <= 1e-5, "{name}: optimiser state differs by {rel_m:e}");
+    let (a, b) = (opt(dist), opt(reference));
+    assert_eq!(a.len(), 1, "momentum keeps one buffer");
+    assert_eq!(a[0].0, b[0].0);
+    // The velocity is a sum of raw gradients, whose summation order differs between one batch of
+    // N*b and N averaged batches of b: a looser bound than for the weights.
+    let rel_m = rel_dist(&a[0].1, &b[0].1);
+    assert!(rel_m <= 1e-4, "{name}: optimiser state differs by {rel_m:e}");
     // The weights moved: the comparison is not between two untrained networks.
     assert!(reference.params.iter().zip(&dist.params).any(|(a, _)| *a != 0.0));
     dist.params.clone()
@@ -60,7 +65,7 @@ fn local_and_shm_ranks_match_one_big_batch_and_each_other_bitwise() {
         ok(&run(launch(n, &args), LIMIT), &format!("ffn launch -n {n} -- train --comm shm"));
         let shm = checkpoint(&p, STEPS);
         let shm_p = check(&format!("shm x{n}"), &shm, &r);
-        assert_eq!(bits(&shm_p), bits(&local_p), "shm and local differ in some bit ({n} ranks)");
+        assert_bitwise(&shm_p, &local_p, &format!("shm vs local, {n} ranks"));
         // Rank 0 alone wrote: one log, one curve; every rank's example state is in the checkpoint.
         assert!(p.join("train_log.csv").exists() && p.join("training_curve.png").exists());
         let states = shm.optimizer.iter().filter(|(n, _)| n.starts_with("trainer_state")).count();
@@ -78,7 +83,7 @@ fn overlap_bucket_size_and_backend_do_not_change_a_bit() {
         let mut e = vec!["--out", s.as_str(), "--batch-size", "2", "--comm", "local", "--ranks", "2"];
         e.extend(extra.iter().copied());
         ok(&run(ffn(&with(&base, &e)), LIMIT), &format!("{extra:?}"));
-        assert_eq!(bits(&checkpoint(&p, STEPS).params), bits(&local.params), "{extra:?} changed the result");
+        assert_bitwise(&checkpoint(&p, STEPS).params, &local.params, &format!("{extra:?}"));
     }
 }
 
@@ -94,7 +99,7 @@ fn zmq_ranks_match_one_big_batch() {
         let args = with(&base, &["--out", &s, "--batch-size", &BATCH.to_string(), "--comm", "zmq"]);
         ok(&run(launch(n, &args), LIMIT), &format!("ffn launch -n {n} -- train --comm zmq"));
         let zp = check(&format!("zmq x{n}"), &checkpoint(&p, STEPS), &r);
-        assert_eq!(bits(&zp), bits(&local.params), "zmq and local differ in some bit ({n} ranks)");
+        assert_bitwise(&zp, &local.params, &format!("zmq vs local, {n} ranks"));
     }
 }
 
@@ -112,7 +117,7 @@ fn mpi_ranks_under_mpirun_match_one_big_batch_without_a_comm_flag() {
         let f = run(mpirun(n, &args), LIMIT);
         ok(&f, &format!("mpirun -n {n} ffn train"));
         let mp = check(&format!("mpi x{n}"), &checkpoint(&p, STEPS), &r);
-        assert_eq!(bits(&mp), bits(&local.params), "mpi and local differ in some bit ({n} ranks)");
+        assert_bitwise(&mp, &local.params, &format!("mpi vs local, {n} ranks"));
         // Only rank 0 printed the summary.
         assert_eq!(f.stdout.matches("checkpoint:").count(), 1, "{}", f.stdout);
     }

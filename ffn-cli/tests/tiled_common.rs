@@ -6,8 +6,9 @@ use ndarray::Array3;
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// HDF5 calls of one test process are serialised: two test threads writing different files at the
-/// same time have failed with "unable to lock file" here.
+/// HDF5 calls and process starts of one test process are serialised. HDF5 keeps its file lock on a
+/// descriptor that a child forked meanwhile by another test thread inherits; the child then holds
+/// the lock and the next open fails with "unable to lock file, errno = 11".
 static HDF5: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 pub fn h5<T>(f: impl FnOnce() -> T) -> T {
@@ -16,7 +17,13 @@ pub fn h5<T>(f: impl FnOnce() -> T) -> T {
 }
 
 pub fn ffn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ffn")).args(args).output().expect("running ffn")
+    let child = spawn(Command::new(env!("CARGO_BIN_EXE_ffn")).args(args));
+    child.wait_with_output().expect("running ffn")
+}
+
+/// Starts a process (stdout and stderr piped unless set) while no HDF5 file is open in this one.
+pub fn spawn(cmd: &mut Command) -> std::process::Child {
+    h5(|| cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("starting a process"))
 }
 
 pub fn ok(args: &[&str]) -> String {

@@ -55,15 +55,15 @@ fn a_limited_run_resumes_without_recomputing() {
     let store = s(&dir.path().join("tiles"));
     let mut args = vec!["infer-tiled", "--image", &img, "--out", &out, "--tile-size", "18", "--tile-store", &store];
     args.extend(ORACLE);
-    // 30 voxels, tiles of 18 overlapping by 7: 2 tiles per axis, 8 in all.
+    // 30 voxels, tiles of 18 overlapping by 7 (the FOV): starts 0, 11, 12; 27 tiles.
     let mut first = args.clone();
     first.extend(["--max-tiles", "3"]);
     let stdout = ok(&first);
     assert_eq!(computed(&stdout), vec![3], "{stdout}");
-    assert!(stdout.contains("stopped with 3/8 tiles finished"), "{stdout}");
+    assert!(stdout.contains("stopped with 3/27 tiles finished"), "{stdout}");
     assert!(h5(|| ffn_io::read_labels(&out.parse().unwrap())).is_err(), "no output before all tiles are done");
     let stdout = ok(&args);
-    assert_eq!(computed(&stdout), vec![5], "{stdout}");
+    assert_eq!(computed(&stdout), vec![24], "{stdout}");
     assert!(stdout.contains("skipped 3 finished"), "{stdout}");
     assert_eq!(arand(&truth, &read_seg(&out)), 0.0);
     // Everything finished: a third run only merges.
@@ -88,12 +88,9 @@ fn a_killed_run_resumes_with_only_the_unfinished_tiles() {
     let mut args = vec!["infer-tiled", "--image", &img, "--out", &out, "--tile-size", "12", "--tile-store", &store_s];
     args.extend(ORACLE);
     let total = 343;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ffn"))
-        .args(&args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ffn"));
+    cmd.args(&args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let mut child = h5(|| cmd.spawn().unwrap());
     let count = || {
         std::fs::read_dir(&store)
             .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".bin")).count())

@@ -57,11 +57,12 @@ fn two_and_three_mpi_ranks_match_one_rank() {
     for n in [2usize, 3] {
         let out = format!("{h5}:mpi{n}");
         let store = s(&dir.path().join(format!("t_mpi{n}")));
-        let output = std::process::Command::new("mpirun")
-            .args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string(), env!("CARGO_BIN_EXE_ffn")])
-            .args(tiled_args(&img, &out, &store, "mpi"))
-            .output()
-            .unwrap();
+        let child = spawn(
+            std::process::Command::new("mpirun")
+                .args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string(), env!("CARGO_BIN_EXE_ffn")])
+                .args(tiled_args(&img, &out, &store, "mpi")),
+        );
+        let output = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(output.status.success(), "mpirun -n {n}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
         let per_rank = computed(&stdout);

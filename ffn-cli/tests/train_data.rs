@@ -4,12 +4,19 @@ use std::path::Path;
 use std::process::Command;
 
 fn ffn(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ffn")).args(args).output().expect("running ffn")
+    Command::new(env!("CARGO_BIN_EXE_ffn"))
+        .args(args)
+        .output()
+        .expect("running ffn")
 }
 
 fn ok(args: &[&str]) -> String {
     let out = ffn(args);
-    assert!(out.status.success(), "ffn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ffn {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -21,7 +28,17 @@ fn s(p: &Path) -> String {
 fn synth_partitions_coordinates_pipeline() {
     let dir = tempfile::tempdir().unwrap();
     let h5 = dir.path().join("s.h5");
-    ok(&["synth", "--out", &s(&h5), "--shape", "40,36,32", "--neurites", "10", "--seed", "3"]);
+    ok(&[
+        "synth",
+        "--out",
+        &s(&h5),
+        "--shape",
+        "40,36,32",
+        "--neurites",
+        "10",
+        "--seed",
+        "3",
+    ]);
     let image = ffn_io::read_image_u8(&format!("{}:image", s(&h5)).parse().unwrap()).unwrap();
     let labels = ffn_io::read_labels(&format!("{}:labels", s(&h5)).parse().unwrap()).unwrap();
     assert_eq!(image.dim(), (32, 36, 40));
@@ -72,13 +89,31 @@ fn synth_partitions_coordinates_pipeline() {
 fn bad_inputs_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.h5");
-    let out = ffn(&["partitions", "--labels", &format!("{}:stack", s(&missing)), "--out", "x.h5:af"]);
+    let out = ffn(&[
+        "partitions",
+        "--labels",
+        &format!("{}:stack", s(&missing)),
+        "--out",
+        "x.h5:af",
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("missing.h5"), "{err}");
-    let out = ffn(&["synth", "--out", &s(&dir.path().join("a.h5")), "--shape", "4,4"]);
+    let out = ffn(&[
+        "synth",
+        "--out",
+        &s(&dir.path().join("a.h5")),
+        "--shape",
+        "4,4",
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--shape"));
-    let out = ffn(&["synth", "--out", &s(&dir.path().join("a.h5")), "--neurites", "0"]);
+    let out = ffn(&[
+        "synth",
+        "--out",
+        &s(&dir.path().join("a.h5")),
+        "--neurites",
+        "0",
+    ]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("neurites"));
 }

@@ -3,8 +3,15 @@
 use std::process::Command;
 
 fn ok(args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ffn")).args(args).output().expect("running ffn");
-    assert!(out.status.success(), "ffn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_ffn"))
+        .args(args)
+        .output()
+        .expect("running ffn");
+    assert!(
+        out.status.success(),
+        "ffn {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -13,9 +20,43 @@ fn loss_falls_and_f1_rises_on_synthetic_data() {
     let h5 = dir.path().join("s.h5").display().to_string();
     let coords = dir.path().join("s.coords").display().to_string();
     let out = dir.path().join("run").display().to_string();
-    ok(&["synth", "--out", &h5, "--shape", "64,64,64", "--neurites", "30", "--radius-min", "4", "--radius-max", "9", "--seed", "2"]);
-    ok(&["partitions", "--labels", &format!("{h5}:labels"), "--out", &format!("{h5}:af"), "--lom-radius", "8", "--min-size", "500"]);
-    ok(&["coordinates", "--partitions", &format!("s:{h5}:af"), "--out", &coords, "--margin", "8", "--max-per-class", "20000"]);
+    ok(&[
+        "synth",
+        "--out",
+        &h5,
+        "--shape",
+        "64,64,64",
+        "--neurites",
+        "30",
+        "--radius-min",
+        "4",
+        "--radius-max",
+        "9",
+        "--seed",
+        "2",
+    ]);
+    ok(&[
+        "partitions",
+        "--labels",
+        &format!("{h5}:labels"),
+        "--out",
+        &format!("{h5}:af"),
+        "--lom-radius",
+        "8",
+        "--min-size",
+        "500",
+    ]);
+    ok(&[
+        "coordinates",
+        "--partitions",
+        &format!("s:{h5}:af"),
+        "--out",
+        &coords,
+        "--margin",
+        "8",
+        "--max-per-class",
+        "20000",
+    ]);
     ok(&[
         "train",
         "--image",
@@ -53,12 +94,22 @@ fn loss_falls_and_f1_rises_on_synthetic_data() {
         "--quiet",
     ]);
     let log = std::fs::read_to_string(dir.path().join("run/train_log.csv")).unwrap();
-    let rows: Vec<Vec<f64>> = log.lines().skip(1).map(|l| l.split(',').map(|v| v.parse().unwrap()).collect()).collect();
+    let rows: Vec<Vec<f64>> = log
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
     assert_eq!(rows.len(), 5, "{log}");
     // Columns: step, loss, precision, recall, f1, ...
     let (loss0, f1_0) = (rows[0][1], rows[0][4]);
     let loss_end = (rows[3][1] + rows[4][1]) / 2.0;
     let f1_end = (rows[3][4] + rows[4][4]) / 2.0;
-    assert!(loss_end < 0.6 * loss0, "loss did not fall enough: {loss0} -> {loss_end}\n{log}");
-    assert!(f1_end > f1_0 + 0.3 && f1_end > 0.45, "F1 did not rise enough: {f1_0} -> {f1_end}\n{log}");
+    assert!(
+        loss_end < 0.6 * loss0,
+        "loss did not fall enough: {loss0} -> {loss_end}\n{log}"
+    );
+    assert!(
+        f1_end > f1_0 + 0.3 && f1_end > 0.45,
+        "F1 did not rise enough: {f1_0} -> {f1_end}\n{log}"
+    );
 }

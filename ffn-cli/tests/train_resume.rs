@@ -6,21 +6,56 @@ use std::process::Command;
 use ffn_io::checkpoint::load_checkpoint;
 
 fn ffn(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ffn")).args(args).output().expect("running ffn")
+    Command::new(env!("CARGO_BIN_EXE_ffn"))
+        .args(args)
+        .output()
+        .expect("running ffn")
 }
 
 fn ok(args: &[&str]) {
     let out = ffn(args);
-    assert!(out.status.success(), "ffn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ffn {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Synthetic data, partitions and coordinates in `dir`; returns the common `ffn train` arguments.
 fn prepare(dir: &Path) -> Vec<String> {
     let h5 = dir.join("s.h5").display().to_string();
     let coords = dir.join("t.coords").display().to_string();
-    ok(&["synth", "--out", &h5, "--shape", "36,36,36", "--neurites", "12", "--seed", "5"]);
-    ok(&["partitions", "--labels", &format!("{h5}:labels"), "--out", &format!("{h5}:af"), "--lom-radius", "5", "--min-size", "200"]);
-    ok(&["coordinates", "--partitions", &format!("s:{h5}:af"), "--out", &coords, "--margin", "5"]);
+    ok(&[
+        "synth",
+        "--out",
+        &h5,
+        "--shape",
+        "36,36,36",
+        "--neurites",
+        "12",
+        "--seed",
+        "5",
+    ]);
+    ok(&[
+        "partitions",
+        "--labels",
+        &format!("{h5}:labels"),
+        "--out",
+        &format!("{h5}:af"),
+        "--lom-radius",
+        "5",
+        "--min-size",
+        "200",
+    ]);
+    ok(&[
+        "coordinates",
+        "--partitions",
+        &format!("s:{h5}:af"),
+        "--out",
+        &coords,
+        "--margin",
+        "5",
+    ]);
     [
         "--image",
         &format!("s:{h5}:image"),
@@ -83,14 +118,19 @@ fn resume_continues_bitwise_identically() {
     let cb = load_checkpoint(&Path::new(&b).join(name)).unwrap();
     assert_eq!(ca.step, 40);
     assert_eq!(cb.step, 40);
-    assert_eq!(bits(&ca.params), bits(&cb.params), "weights differ after resume");
+    assert_eq!(
+        bits(&ca.params),
+        bits(&cb.params),
+        "weights differ after resume"
+    );
     assert_eq!(ca.optimizer.len(), cb.optimizer.len());
     for ((na, va), (nb, vb)) in ca.optimizer.iter().zip(&cb.optimizer) {
         assert_eq!(na, nb);
         assert_eq!(bits(va), bits(vb), "optimizer/trainer buffer {na} differs");
     }
     // Training moved the weights away from the step-20 checkpoint.
-    let c20 = load_checkpoint(&Path::new(&b).join("checkpoints/ckpt-0000000020.safetensors")).unwrap();
+    let c20 =
+        load_checkpoint(&Path::new(&b).join("checkpoints/ckpt-0000000020.safetensors")).unwrap();
     assert_ne!(bits(&c20.params), bits(&cb.params));
     // The logs agree on every metric (timing columns aside).
     let rows = |d: &str| -> Vec<String> {
@@ -118,14 +158,20 @@ fn resume_refuses_a_changed_configuration_and_bad_inputs_are_named() {
     let o = train(&changed, &["--out", &out, "--max-steps", "10", "--resume"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("learning_rate") && err.contains("cannot resume"), "{err}");
+    assert!(
+        err.contains("learning_rate") && err.contains("cannot resume"),
+        "{err}"
+    );
     // A coordinate file naming a volume that was not given.
     let mut other = common.clone();
     let i = other.iter().position(|a| a == "--image").unwrap();
     other[i + 1] = other[i + 1].replacen("s:", "t:", 1);
     let o = train(&other, &["--out", &out, "--max-steps", "10"]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("no --image s:"), "{err}");
+    assert!(
+        !o.status.success() && err.contains("no --image s:"),
+        "{err}"
+    );
     // A margin too small for the training patch is reported with the coordinate.
     let mut big = common.clone();
     let i = big.iter().position(|a| a == "--fov").unwrap();

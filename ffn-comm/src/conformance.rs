@@ -48,12 +48,19 @@ pub struct SuiteOptions {
 impl SuiteOptions {
     /// Everything except the 64 MiB buffer.
     pub fn quick() -> Self {
-        SuiteOptions { seed: 7, large: false, repeats: 24 }
+        SuiteOptions {
+            seed: 7,
+            large: false,
+            repeats: 24,
+        }
     }
 
     /// Everything, including the 64 MiB buffer.
     pub fn full() -> Self {
-        SuiteOptions { large: true, ..Self::quick() }
+        SuiteOptions {
+            large: true,
+            ..Self::quick()
+        }
     }
 }
 
@@ -81,7 +88,10 @@ pub fn allreduce_lengths(size: usize) -> Vec<usize> {
 pub const LARGE_LEN: usize = 16 << 20;
 
 /// Runs every check in order and returns the digest of all results.
-pub fn run_all(comm: &mut dyn Communicator, opts: &SuiteOptions) -> Result<SuiteReport, ConformanceError> {
+pub fn run_all(
+    comm: &mut dyn Communicator,
+    opts: &SuiteOptions,
+) -> Result<SuiteReport, ConformanceError> {
     let mut d = Digest::new();
     let mut checks = 0;
     comm.barrier()?;
@@ -101,7 +111,10 @@ pub fn run_all(comm: &mut dyn Communicator, opts: &SuiteOptions) -> Result<Suite
         checks += 1;
     }
     check_same_on_all_ranks(comm, d.0, "suite digest")?;
-    Ok(SuiteReport { checks: checks + 1, digest: d.0 })
+    Ok(SuiteReport {
+        checks: checks + 1,
+        digest: d.0,
+    })
 }
 
 /// The input of `rank` at `index`: sign, exponent (2^-8 ..= 2^7) and mantissa from a hash.
@@ -136,12 +149,21 @@ pub fn expected_sum(len: usize, size: usize, seed: u64) -> Vec<f32> {
 }
 
 /// One allreduce of `len` values, checked bit for bit against the reference and across ranks.
-pub fn check_allreduce(comm: &mut dyn Communicator, len: usize, seed: u64) -> Result<u64, ConformanceError> {
+pub fn check_allreduce(
+    comm: &mut dyn Communicator,
+    len: usize,
+    seed: u64,
+) -> Result<u64, ConformanceError> {
     let mut buf = vec![0.0; len];
     fill_input(&mut buf, seed, comm.rank());
     comm.allreduce_sum(&mut buf)?;
     let check = format!("allreduce_sum of {len} values on {} ranks", comm.size());
-    compare(comm.rank(), &check, &expected_sum(len, comm.size(), seed), &buf)?;
+    compare(
+        comm.rank(),
+        &check,
+        &expected_sum(len, comm.size(), seed),
+        &buf,
+    )?;
     let digest = digest_f32(&buf);
     check_same_on_all_ranks(comm, digest, &check)?;
     Ok(digest)
@@ -153,7 +175,11 @@ pub fn check_large(comm: &mut dyn Communicator) -> Result<u64, ConformanceError>
 }
 
 /// `repeats` allreduces of varying lengths back to back, with nothing in between, then checked.
-pub fn check_repeated(comm: &mut dyn Communicator, repeats: usize, seed: u64) -> Result<u64, ConformanceError> {
+pub fn check_repeated(
+    comm: &mut dyn Communicator,
+    repeats: usize,
+    seed: u64,
+) -> Result<u64, ConformanceError> {
     let lens = [5usize, 1, 3000, 0, 64, 70_001];
     let mut bufs: Vec<Vec<f32>> = (0..repeats)
         .map(|i| {
@@ -168,7 +194,12 @@ pub fn check_repeated(comm: &mut dyn Communicator, repeats: usize, seed: u64) ->
     let mut d = Digest::new();
     for (i, b) in bufs.iter().enumerate() {
         let check = format!("back-to-back allreduce #{i} of {} values", b.len());
-        compare(comm.rank(), &check, &expected_sum(b.len(), comm.size(), seed + i as u64), b)?;
+        compare(
+            comm.rank(),
+            &check,
+            &expected_sum(b.len(), comm.size(), seed + i as u64),
+            b,
+        )?;
         d.add(digest_f32(b));
     }
     Ok(d.0)
@@ -185,7 +216,12 @@ pub fn check_broadcast(comm: &mut dyn Communicator, seed: u64) -> Result<u64, Co
             comm.broadcast(&mut buf, root)?;
             let mut want = vec![0.0; len];
             fill_input(&mut want, seed + 1000, root);
-            compare(comm.rank(), &format!("broadcast of {len} values from root {root}"), &want, &buf)?;
+            compare(
+                comm.rank(),
+                &format!("broadcast of {len} values from root {root}"),
+                &want,
+                &buf,
+            )?;
             d.add(digest_f32(&buf));
         }
     }
@@ -222,7 +258,10 @@ pub fn check_mean(comm: &mut dyn Communicator, seed: u64) -> Result<u64, Conform
     fill_input(&mut buf, seed + 2000, comm.rank());
     comm.allreduce_mean(&mut buf)?;
     let n = comm.size() as f32;
-    let want: Vec<f32> = expected_sum(len, comm.size(), seed + 2000).iter().map(|x| x / n).collect();
+    let want: Vec<f32> = expected_sum(len, comm.size(), seed + 2000)
+        .iter()
+        .map(|x| x / n)
+        .collect();
     compare(comm.rank(), "allreduce_mean of 1003 values", &want, &buf)?;
     Ok(digest_f32(&buf))
 }
@@ -246,7 +285,12 @@ pub fn check_many(comm: &mut dyn Communicator, seed: u64) -> Result<u64, Conform
     let mut d = Digest::new();
     for (i, b) in owned.iter().enumerate() {
         let want = expected_sum(b.len(), comm.size(), seed + 3000 + i as u64);
-        compare(comm.rank(), &format!("allreduce_sum_many buffer {i} of {} values", b.len()), &want, b)?;
+        compare(
+            comm.rank(),
+            &format!("allreduce_sum_many buffer {i} of {} values", b.len()),
+            &want,
+            b,
+        )?;
         d.add(digest_f32(b));
     }
     Ok(d.0)
@@ -264,7 +308,11 @@ pub fn check_barrier(comm: &mut dyn Communicator) -> Result<(), ConformanceError
 }
 
 /// Broadcasts rank 0's `digest` and fails unless this rank's is the same.
-pub fn check_same_on_all_ranks(comm: &mut dyn Communicator, digest: u64, what: &str) -> Result<(), ConformanceError> {
+pub fn check_same_on_all_ranks(
+    comm: &mut dyn Communicator,
+    digest: u64,
+    what: &str,
+) -> Result<(), ConformanceError> {
     let mut bytes = digest.to_le_bytes();
     comm.broadcast_bytes(&mut bytes, 0)?;
     let root = u64::from_le_bytes(bytes);
@@ -290,7 +338,11 @@ fn compare(rank: usize, check: &str, want: &[f32], got: &[f32]) -> Result<(), Co
             actual: format!("length {}", got.len()),
         });
     }
-    if let Some(index) = want.iter().zip(got).position(|(a, b)| a.to_bits() != b.to_bits()) {
+    if let Some(index) = want
+        .iter()
+        .zip(got)
+        .position(|(a, b)| a.to_bits() != b.to_bits())
+    {
         return Err(ConformanceError::Mismatch {
             check: check.into(),
             rank,
@@ -304,7 +356,10 @@ fn compare(rank: usize, check: &str, want: &[f32], got: &[f32]) -> Result<(), Co
 
 /// FNV-1a over the bits of `buf` (with its length).
 pub fn digest_f32(buf: &[f32]) -> u64 {
-    fnv1a(fnv1a(FNV_OFFSET, &(buf.len() as u64).to_le_bytes()), reduce::as_bytes(buf))
+    fnv1a(
+        fnv1a(FNV_OFFSET, &(buf.len() as u64).to_le_bytes()),
+        reduce::as_bytes(buf),
+    )
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -352,7 +407,9 @@ mod tests {
 
     #[test]
     fn compare_reports_the_first_wrong_element() {
-        let e = compare(1, "x", &[1.0, 2.0], &[1.0, 3.0]).unwrap_err().to_string();
+        let e = compare(1, "x", &[1.0, 2.0], &[1.0, 3.0])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("element 1") && e.contains("rank 1"), "{e}");
         assert!(compare(0, "x", &[1.0], &[1.0, 2.0]).is_err());
         assert!(compare(0, "x", &[-0.0], &[0.0]).is_err());

@@ -54,8 +54,12 @@ impl WorldInfo {
                     let size = parse_usize(size_var, &s)?;
                     return Self::new(rank, size);
                 }
-                (Some(_), None) => return Err(missing(size_var, &format!("set together with {rank_var}"))),
-                (None, Some(_)) => return Err(missing(rank_var, &format!("set together with {size_var}"))),
+                (Some(_), None) => {
+                    return Err(missing(size_var, &format!("set together with {rank_var}")));
+                }
+                (None, Some(_)) => {
+                    return Err(missing(rank_var, &format!("set together with {size_var}")));
+                }
             }
         }
         Ok(WorldInfo { rank: 0, size: 1 })
@@ -147,17 +151,23 @@ impl CommOptions {
             o.master_addr = v.trim().to_string();
         }
         if let Some(v) = get("MASTER_PORT") {
-            o.master_port = v.trim().parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| CommError::Env {
-                var: "MASTER_PORT".into(),
-                expected: "a TCP port 1..65535".into(),
-                found: v.clone(),
-            })?;
+            o.master_port = v
+                .trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| CommError::Env {
+                    var: "MASTER_PORT".into(),
+                    expected: "a TCP port 1..65535".into(),
+                    found: v.clone(),
+                })?;
         }
         if let Some(v) = get("FFN_COMM_BIND") {
             if v.trim().is_empty() || v.contains(['*', '/', ' ']) || v.trim() == "0.0.0.0" {
                 return Err(CommError::Env {
                     var: "FFN_COMM_BIND".into(),
-                    expected: "one IP address of this host that peers can reach (not a wildcard)".into(),
+                    expected: "one IP address of this host that peers can reach (not a wildcard)"
+                        .into(),
                     found: v,
                 });
             }
@@ -168,7 +178,7 @@ impl CommOptions {
                 .trim()
                 .parse::<usize>()
                 .ok()
-                .filter(|b| *b >= 4 && b % 4 == 0 && *b <= 1 << 32)
+                .filter(|b| *b >= 4 && b.is_multiple_of(4) && *b <= 1 << 32)
                 .ok_or_else(|| CommError::Env {
                     var: "FFN_SHM_SLOT_BYTES".into(),
                     expected: "a multiple of 4 bytes in 4 ..= 2^32".into(),
@@ -186,21 +196,30 @@ impl CommOptions {
             Some(v) => {
                 let ok = !v.is_empty()
                     && v.len() <= 200
-                    && v.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                    && v.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
                     && !v.starts_with('.');
                 if !ok {
                     return Err(CommError::Env {
                         var: "FFN_SHM_NAME".into(),
-                        expected: "1-200 characters from [A-Za-z0-9-_.], not starting with '.'".into(),
+                        expected: "1-200 characters from [A-Za-z0-9-_.], not starting with '.'"
+                            .into(),
                         found: v,
                     });
                 }
                 Some(v)
             }
-            None => match (get("SLURM_JOB_ID"), get("SLURM_STEP_ID"), get("MASTER_PORT")) {
+            None => match (
+                get("SLURM_JOB_ID"),
+                get("SLURM_STEP_ID"),
+                get("MASTER_PORT"),
+            ) {
                 (Some(job), step, _) if job.chars().all(|c| c.is_ascii_alphanumeric()) => {
-                    let step: String =
-                        step.unwrap_or_default().chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+                    let step: String = step
+                        .unwrap_or_default()
+                        .chars()
+                        .filter(|c| c.is_ascii_alphanumeric())
+                        .collect();
                     Some(format!("ffn-comm-slurm-{job}.{step}"))
                 }
                 (_, _, Some(_)) => Some(format!("ffn-comm-port-{}", o.master_port)),
@@ -212,7 +231,11 @@ impl CommOptions {
 }
 
 fn missing(var: &str, expected: &str) -> CommError {
-    CommError::Env { var: var.into(), expected: expected.into(), found: "<unset>".into() }
+    CommError::Env {
+        var: var.into(),
+        expected: expected.into(),
+        found: "<unset>".into(),
+    }
 }
 
 fn parse_usize(var: &str, v: &str) -> Result<usize, CommError> {
@@ -226,7 +249,11 @@ fn parse_usize(var: &str, v: &str) -> Result<usize, CommError> {
 fn parse_seconds(var: &str, v: &str, zero_ok: bool) -> Result<Duration, CommError> {
     let err = || CommError::Env {
         var: var.into(),
-        expected: if zero_ok { "seconds >= 0".into() } else { "seconds > 0".into() },
+        expected: if zero_ok {
+            "seconds >= 0".into()
+        } else {
+            "seconds > 0".into()
+        },
         found: v.into(),
     };
     let s: f64 = v.trim().parse().map_err(|_| err())?;
@@ -242,19 +269,29 @@ mod tests {
     use std::collections::HashMap;
 
     fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
     #[test]
     fn world_from_each_launcher() {
-        assert_eq!(WorldInfo::from_lookup(lookup(&[])).unwrap(), WorldInfo { rank: 0, size: 1 });
+        assert_eq!(
+            WorldInfo::from_lookup(lookup(&[])).unwrap(),
+            WorldInfo { rank: 0, size: 1 }
+        );
         let w = WorldInfo::from_lookup(lookup(&[("RANK", "2"), ("WORLD_SIZE", "3")])).unwrap();
         assert_eq!(w, WorldInfo { rank: 2, size: 3 });
-        let w = WorldInfo::from_lookup(lookup(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "4")])).unwrap();
-        assert_eq!(w, WorldInfo { rank: 1, size: 4 });
-        let w = WorldInfo::from_lookup(lookup(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")]))
+        let w = WorldInfo::from_lookup(lookup(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "4")]))
             .unwrap();
+        assert_eq!(w, WorldInfo { rank: 1, size: 4 });
+        let w = WorldInfo::from_lookup(lookup(&[
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+        ]))
+        .unwrap();
         assert_eq!(w, WorldInfo { rank: 0, size: 2 });
         // torchrun's variables win over SLURM's when both are present.
         let w = WorldInfo::from_lookup(lookup(&[
@@ -297,7 +334,8 @@ mod tests {
         assert_eq!((o.master_addr.as_str(), o.master_port), ("10.0.0.1", 1234));
         assert_eq!(o.job_token, "abc");
         assert_eq!(o.shm_name.as_deref(), Some("ffn-comm-port-1234"));
-        let o = CommOptions::from_lookup(lookup(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "3")])).unwrap();
+        let o = CommOptions::from_lookup(lookup(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "3")]))
+            .unwrap();
         assert_eq!(o.shm_name.as_deref(), Some("ffn-comm-slurm-77.3"));
     }
 

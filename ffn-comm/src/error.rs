@@ -97,7 +97,9 @@ pub enum CommError {
         actual: String,
     },
     /// A peer was refused during the rendezvous (wrong job token, world size or protocol version).
-    #[error("rank {rank}: rendezvous refused: {field} mismatch: expected {expected}, found {actual}")]
+    #[error(
+        "rank {rank}: rendezvous refused: {field} mismatch: expected {expected}, found {actual}"
+    )]
     Refused {
         /// The rank reporting (the refused peer or rank 0).
         rank: usize,
@@ -142,6 +144,9 @@ pub enum CommError {
 impl CommError {
     /// Wraps an I/O error with a context naming the file or address involved.
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        CommError::Io { context: context.into(), source }
+        CommError::Io {
+            context: context.into(),
+            source,
+        }
     }
 }

@@ -16,7 +16,10 @@ enum Call {
     #[default]
     None,
     Allreduce(usize),
-    Broadcast { len: usize, root: usize },
+    Broadcast {
+        len: usize,
+        root: usize,
+    },
 }
 
 impl Call {
@@ -71,14 +74,23 @@ impl LocalComm {
         let shared = Arc::new(Shared {
             size,
             opts,
-            state: Mutex::new(BarrierState { arrived: vec![0; size], gone: vec![false; size] }),
+            state: Mutex::new(BarrierState {
+                arrived: vec![0; size],
+                gone: vec![false; size],
+            }),
             cond: Condvar::new(),
             calls: (0..size).map(|_| Mutex::new(Call::None)).collect(),
             inputs: (0..size).map(|_| RwLock::new(Vec::new())).collect(),
             chunks: (0..size).map(|_| RwLock::new(Vec::new())).collect(),
             bytes: RwLock::new(Vec::new()),
         });
-        Ok((0..size).map(|rank| LocalComm { rank, barriers: 0, shared: shared.clone() }).collect())
+        Ok((0..size)
+            .map(|rank| LocalComm {
+                rank,
+                barriers: 0,
+                shared: shared.clone(),
+            })
+            .collect())
     }
 
     /// A group of one: every collective is a no-op.
@@ -145,8 +157,14 @@ impl LocalComm {
                 });
             }
             clock.check(|| late.clone())?;
-            let wait = clock.until_next_check().max(std::time::Duration::from_millis(1));
-            st = sh.cond.wait_timeout(st, wait).unwrap_or_else(|e| e.into_inner()).0;
+            let wait = clock
+                .until_next_check()
+                .max(std::time::Duration::from_millis(1));
+            st = sh
+                .cond
+                .wait_timeout(st, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -197,24 +215,34 @@ impl Communicator for LocalComm {
             return Ok(());
         }
         {
-            let mut input = self.shared.inputs[self.rank].write().unwrap_or_else(|e| e.into_inner());
+            let mut input = self.shared.inputs[self.rank]
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
             input.clear();
             input.extend_from_slice(buf);
         }
         self.enter(Call::Allreduce(buf.len()), "allreduce")?;
         let mine = chunk_range(buf.len(), n, self.rank);
         {
-            let guards: Vec<_> =
-                self.shared.inputs.iter().map(|l| l.read().unwrap_or_else(|e| e.into_inner())).collect();
+            let guards: Vec<_> = self
+                .shared
+                .inputs
+                .iter()
+                .map(|l| l.read().unwrap_or_else(|e| e.into_inner()))
+                .collect();
             let parts: Vec<&[f32]> = guards.iter().map(|g| &g[mine.clone()]).collect();
-            let mut out = self.shared.chunks[self.rank].write().unwrap_or_else(|e| e.into_inner());
+            let mut out = self.shared.chunks[self.rank]
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
             out.resize(mine.len(), 0.0);
             sum_in_rank_order(&mut out, &parts);
         }
         self.sync("allreduce")?;
         for q in 0..n {
             let c = chunk_range(buf.len(), n, q);
-            let src = self.shared.chunks[q].read().unwrap_or_else(|e| e.into_inner());
+            let src = self.shared.chunks[q]
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
             buf[c].copy_from_slice(&src);
         }
         Ok(())
@@ -230,7 +258,13 @@ impl Communicator for LocalComm {
             b.clear();
             b.extend_from_slice(buf);
         }
-        self.enter(Call::Broadcast { len: buf.len(), root }, "broadcast")?;
+        self.enter(
+            Call::Broadcast {
+                len: buf.len(),
+                root,
+            },
+            "broadcast",
+        )?;
         if self.rank != root {
             buf.copy_from_slice(&self.shared.bytes.read().unwrap_or_else(|e| e.into_inner()));
         }
@@ -252,7 +286,10 @@ mod tests {
     use std::time::Duration;
 
     fn fast() -> CommOptions {
-        CommOptions { timeout: Duration::from_secs(3), ..CommOptions::default() }
+        CommOptions {
+            timeout: Duration::from_secs(3),
+            ..CommOptions::default()
+        }
     }
 
     #[test]
@@ -262,7 +299,10 @@ mod tests {
                 conformance::run_all(c, &conformance::SuiteOptions::quick())
             })
             .unwrap();
-            assert!(digests.windows(2).all(|w| w[0] == w[1]), "{n} ranks: {digests:?}");
+            assert!(
+                digests.windows(2).all(|w| w[0] == w[1]),
+                "{n} ranks: {digests:?}"
+            );
         }
     }
 
@@ -286,8 +326,16 @@ mod tests {
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        assert!(errs[0].contains("rank 1 has allreduce of 4 values"), "{}", errs[0]);
-        assert!(errs[1].contains("rank 0 has allreduce of 3 values"), "{}", errs[1]);
+        assert!(
+            errs[0].contains("rank 1 has allreduce of 4 values"),
+            "{}",
+            errs[0]
+        );
+        assert!(
+            errs[1].contains("rank 0 has allreduce of 3 values"),
+            "{}",
+            errs[1]
+        );
     }
 
     #[test]
@@ -308,12 +356,18 @@ mod tests {
 
     #[test]
     fn a_stalled_rank_times_out_naming_it() {
-        let opts = CommOptions { timeout: Duration::from_millis(300), ..CommOptions::default() };
+        let opts = CommOptions {
+            timeout: Duration::from_millis(300),
+            ..CommOptions::default()
+        };
         let mut group = LocalComm::group_with(2, opts).unwrap();
         let stalled = group.pop().unwrap();
         let mut c = group.pop().unwrap();
         let e = c.barrier().unwrap_err();
-        assert!(matches!(&e, CommError::Timeout { peers, .. } if peers == &[1]), "{e}");
+        assert!(
+            matches!(&e, CommError::Timeout { peers, .. } if peers == &[1]),
+            "{e}"
+        );
         assert!(e.to_string().contains("rank(s) [1]"), "{e}");
         drop(stalled);
     }

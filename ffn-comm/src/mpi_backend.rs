@@ -44,11 +44,16 @@ impl MpiComm {
     /// Initialises MPI (thread level "funneled": only the calling thread talks to MPI) and joins
     /// `MPI_COMM_WORLD`. Fails if MPI was already initialised in this process.
     pub fn init(opts: &CommOptions) -> Result<Self, CommError> {
-        let (universe, _level) = mpi::initialize_with_threading(Threading::Funneled).ok_or_else(|| CommError::Transport {
-            backend: "mpi",
-            context: "initialising MPI".into(),
-            detail: "MPI is already initialised in this process (create one MpiComm per process)".into(),
-        })?;
+        let (universe, _level) =
+            mpi::initialize_with_threading(Threading::Funneled).ok_or_else(|| {
+                CommError::Transport {
+                backend: "mpi",
+                context: "initialising MPI".into(),
+                detail:
+                    "MPI is already initialised in this process (create one MpiComm per process)"
+                        .into(),
+            }
+            })?;
         let world = universe.world();
         let rank = world.rank() as usize;
         let size = world.size() as usize;
@@ -101,7 +106,8 @@ impl MpiComm {
                 None => {
                     self.scratch.clear();
                     self.scratch.extend_from_slice(piece);
-                    self.world.all_reduce_into(&self.scratch[..], piece, SystemOperation::sum());
+                    self.world
+                        .all_reduce_into(&self.scratch[..], piece, SystemOperation::sum());
                 }
             }
         }
@@ -122,7 +128,8 @@ impl MpiComm {
             let (gathered, sum) = self.scratch.split_at_mut(n * m);
             {
                 let send = Partition::new(&piece[..], &send_counts[..], &send_displs[..]);
-                let mut recv = PartitionMut::new(&mut gathered[..], &recv_counts[..], &recv_displs[..]);
+                let mut recv =
+                    PartitionMut::new(&mut gathered[..], &recv_counts[..], &recv_displs[..]);
                 self.world.all_to_all_varcount_into(&send, &mut recv);
             }
             let parts: Vec<&[f32]> = gathered.chunks(m.max(1)).take(n).map(|p| &p[..m]).collect();
@@ -139,9 +146,12 @@ impl MpiComm {
 fn in_place_marker() -> Option<*mut std::ffi::c_void> {
     let version = mpi::environment::library_version().unwrap_or_default();
     if version.contains("Open MPI") {
-        Some(1usize as *mut std::ffi::c_void)
-    } else if ["MPICH", "Intel(R) MPI", "MVAPICH"].iter().any(|v| version.contains(v)) {
-        Some(usize::MAX as *mut std::ffi::c_void)
+        Some(std::ptr::without_provenance_mut(1))
+    } else if ["MPICH", "Intel(R) MPI", "MVAPICH"]
+        .iter()
+        .any(|v| version.contains(v))
+    {
+        Some(std::ptr::without_provenance_mut(usize::MAX))
     } else {
         None
     }
@@ -165,7 +175,11 @@ impl Communicator for MpiComm {
             return Ok(());
         }
         let _guard = self.watchdog.enter("allreduce");
-        if self.size == 2 { self.allreduce_two(buf) } else { self.allreduce_ordered(buf) }
+        if self.size == 2 {
+            self.allreduce_two(buf)
+        } else {
+            self.allreduce_ordered(buf)
+        }
         Ok(())
     }
 
@@ -212,7 +226,13 @@ impl Drop for WatchGuard {
 
 impl Watchdog {
     fn start(rank: usize, opts: &CommOptions) -> Self {
-        let state = Arc::new((Mutex::new(WatchState { in_flight: None, stop: false }), Condvar::new()));
+        let state = Arc::new((
+            Mutex::new(WatchState {
+                in_flight: None,
+                stop: false,
+            }),
+            Condvar::new(),
+        ));
         let shared = state.clone();
         let (timeout, warn) = (opts.timeout, opts.stall_warning);
         let thread = std::thread::Builder::new()
@@ -276,6 +296,9 @@ fn watch(rank: usize, timeout: Duration, warn: Duration, state: &(Mutex<WatchSta
         if !warn.is_zero() && warned_for != Some(start) {
             next = next.min(warn.saturating_sub(waited));
         }
-        st = c.wait_timeout(st, next.max(Duration::from_millis(1))).unwrap_or_else(|e| e.into_inner()).0;
+        st = c
+            .wait_timeout(st, next.max(Duration::from_millis(1)))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
 }

@@ -10,7 +10,10 @@ use std::ops::Range;
 /// # Panics
 /// If `size == 0` or `rank >= size` (callers validate both when the group is built).
 pub fn chunk_range(len: usize, size: usize, rank: usize) -> Range<usize> {
-    assert!(size > 0 && rank < size, "chunk_range: rank {rank} of size {size}");
+    assert!(
+        size > 0 && rank < size,
+        "chunk_range: rank {rank} of size {size}"
+    );
     let start = (len as u128 * rank as u128 / size as u128) as usize;
     let end = (len as u128 * (rank as u128 + 1) / size as u128) as usize;
     start..end

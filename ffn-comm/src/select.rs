@@ -43,8 +43,14 @@ impl Backend {
     pub fn ensure_compiled_in(self) -> Result<(), CommError> {
         match self {
             _ if self.compiled_in() => Ok(()),
-            Backend::Mpi => Err(CommError::NotCompiled { backend: "MPI", feature: "mpi" }),
-            _ => Err(CommError::NotCompiled { backend: "ZeroMQ", feature: "zmq" }),
+            Backend::Mpi => Err(CommError::NotCompiled {
+                backend: "MPI",
+                feature: "mpi",
+            }),
+            _ => Err(CommError::NotCompiled {
+                backend: "ZeroMQ",
+                feature: "zmq",
+            }),
         }
     }
 
@@ -65,10 +71,13 @@ impl FromStr for Backend {
     type Err = CommError;
 
     fn from_str(s: &str) -> Result<Self, CommError> {
-        Backend::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| CommError::UnknownBackend {
-            name: s.to_string(),
-            expected: Backend::ALL.map(|b| b.name()).join(", "),
-        })
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| CommError::UnknownBackend {
+                name: s.to_string(),
+                expected: Backend::ALL.map(|b| b.name()).join(", "),
+            })
     }
 }
 
@@ -90,7 +99,10 @@ pub fn connect(backend: Backend, opts: &CommOptions) -> Result<Box<dyn Communica
             Ok(Box::new(crate::zmq_backend::ZmqComm::connect(world, opts)?))
         }
         #[allow(unreachable_patterns)]
-        other => Err(CommError::NotCompiled { backend: other.name(), feature: other.name() }),
+        other => Err(CommError::NotCompiled {
+            backend: other.name(),
+            feature: other.name(),
+        }),
     }
 }
 
@@ -104,7 +116,10 @@ mod tests {
             assert_eq!(b.name().parse::<Backend>().unwrap(), b);
         }
         let e = "nccl".parse::<Backend>().unwrap_err().to_string();
-        assert!(e.contains("\"nccl\"") && e.contains("local, shm, mpi, zmq"), "{e}");
+        assert!(
+            e.contains("\"nccl\"") && e.contains("local, shm, mpi, zmq"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -115,8 +130,14 @@ mod tests {
         }
         if !cfg!(feature = "zmq") {
             let e = Backend::Zmq.ensure_compiled_in().unwrap_err().to_string();
-            assert_eq!(e, "built without ZeroMQ support: rebuild with --features zmq");
+            assert_eq!(
+                e,
+                "built without ZeroMQ support: rebuild with --features zmq"
+            );
         }
-        assert!(Backend::Local.ensure_compiled_in().is_ok() && Backend::Shm.ensure_compiled_in().is_ok());
+        assert!(
+            Backend::Local.ensure_compiled_in().is_ok()
+                && Backend::Shm.ensure_compiled_in().is_ok()
+        );
     }
 }

@@ -101,7 +101,7 @@ impl Segment {
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.data_off);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.data_off);
         // SAFETY: in bounds, 8-aligned (the map is page-aligned), and only ever accessed atomically.
         unsafe { &*(self.base().add(off) as *const AtomicU64) }
     }
@@ -127,7 +127,9 @@ impl Segment {
     unsafe fn slot(&self, set: usize, rank: usize, range: std::ops::Range<usize>) -> &mut [f32] {
         debug_assert!(range.end <= self.slot_floats);
         // SAFETY: in bounds of the slot; exclusivity is the caller's promise.
-        unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(set, rank).add(range.start), range.len()) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.slot_ptr(set, rank).add(range.start), range.len())
+        }
     }
 
     fn wake_all(&self) {
@@ -153,7 +155,11 @@ impl ShmComm {
 
     /// [`connect`](Self::connect) with `slot_floats` f32 per rank and slot set (every rank must pass
     /// the same value).
-    pub fn connect_with_slot(world: WorldInfo, opts: &CommOptions, slot_floats: usize) -> Result<Self, CommError> {
+    pub fn connect_with_slot(
+        world: WorldInfo,
+        opts: &CommOptions,
+        slot_floats: usize,
+    ) -> Result<Self, CommError> {
         let world = WorldInfo::new(world.rank, world.size)?;
         if world.size > MAX_RANKS {
             return Err(CommError::Config {
@@ -169,9 +175,22 @@ impl ShmComm {
                 actual: slot_floats.to_string(),
             });
         }
-        let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
-        let spin = opts.shm_spin.unwrap_or(if world.size > cores { SPIN_OVERSUBSCRIBED } else { SPIN_FOR });
-        let mut comm = ShmComm { world, opts: opts.clone(), seg: None, generation: 0, round: 0, spin };
+        let cores = std::thread::available_parallelism()
+            .map(|c| c.get())
+            .unwrap_or(1);
+        let spin = opts.shm_spin.unwrap_or(if world.size > cores {
+            SPIN_OVERSUBSCRIBED
+        } else {
+            SPIN_FOR
+        });
+        let mut comm = ShmComm {
+            world,
+            opts: opts.clone(),
+            seg: None,
+            generation: 0,
+            round: 0,
+            spin,
+        };
         if world.size == 1 {
             return Ok(comm);
         }
@@ -198,12 +217,16 @@ impl ShmComm {
 
     /// Enters the next barrier and waits for every rank.
     fn sync(&mut self, op: &'static str) -> Result<(), CommError> {
-        let Some(seg) = self.seg.as_ref() else { return Ok(()) };
+        let Some(seg) = self.seg.as_ref() else {
+            return Ok(());
+        };
         self.generation += 1;
         let target = self.generation;
-        seg.rank_word(self.world.rank, R_ARRIVE).store(target, Ordering::Release);
+        seg.rank_word(self.world.rank, R_ARRIVE)
+            .store(target, Ordering::Release);
         seg.wake_all();
-        let all_in = || (0..seg.size).all(|q| seg.rank_word(q, R_ARRIVE).load(Ordering::Acquire) >= target);
+        let all_in =
+            || (0..seg.size).all(|q| seg.rank_word(q, R_ARRIVE).load(Ordering::Acquire) >= target);
         // Fast path: spin for a few microseconds, then give the core away with yields (ranks may
         // outnumber cores), and only then sleep on the futex.
         let start = Instant::now();
@@ -224,7 +247,9 @@ impl ShmComm {
         }
         let mut clock = StallClock::new(self.world.rank, op, &self.opts);
         let late = || -> Vec<usize> {
-            (0..seg.size).filter(|&q| seg.rank_word(q, R_ARRIVE).load(Ordering::Acquire) < target).collect()
+            (0..seg.size)
+                .filter(|&q| seg.rank_word(q, R_ARRIVE).load(Ordering::Acquire) < target)
+                .collect()
         };
         let mut last_liveness = Instant::now() - Duration::from_secs(1);
         loop {
@@ -235,13 +260,19 @@ impl ShmComm {
                 waiters.fetch_sub(1, Ordering::SeqCst);
                 return Ok(());
             }
-            let nap = clock.until_next_check().min(Duration::from_millis(50)).max(Duration::from_micros(100));
+            let nap = clock
+                .until_next_check()
+                .min(Duration::from_millis(50))
+                .max(Duration::from_micros(100));
             futex_wait(seg.word32(H_FUTEX), seq, nap);
             waiters.fetch_sub(1, Ordering::SeqCst);
             if all_in() {
                 return Ok(());
             }
-            if let Err(e) = self.check_peers(seg, &late(), op, &mut last_liveness).and_then(|_| clock.check(late)) {
+            if let Err(e) = self
+                .check_peers(seg, &late(), op, &mut last_liveness)
+                .and_then(|_| clock.check(late))
+            {
                 self.raise_abort();
                 return Err(e);
             }
@@ -249,12 +280,23 @@ impl ShmComm {
     }
 
     /// Fails if a late peer left, exited, or another rank aborted the job.
-    fn check_peers(&self, seg: &Segment, late: &[usize], op: &'static str, last: &mut Instant) -> Result<(), CommError> {
+    fn check_peers(
+        &self,
+        seg: &Segment,
+        late: &[usize],
+        op: &'static str,
+        last: &mut Instant,
+    ) -> Result<(), CommError> {
         let me = self.world.rank;
         let abort = seg.word(H_ABORT).load(Ordering::Acquire);
         if abort != 0 && abort - 1 != me as u64 {
             let peer = (abort - 1) as usize;
-            return Err(CommError::PeerLost { rank: me, peer, op, detail: "it failed and aborted the group".into() });
+            return Err(CommError::PeerLost {
+                rank: me,
+                peer,
+                op,
+                detail: "it failed and aborted the group".into(),
+            });
         }
         for &q in late {
             if seg.rank_word(q, R_STATE).load(Ordering::Acquire) == STATE_LEFT {
@@ -285,7 +327,12 @@ impl ShmComm {
 
     fn raise_abort(&self) {
         if let Some(seg) = &self.seg {
-            let _ = seg.word(H_ABORT).compare_exchange(0, self.world.rank as u64 + 1, Ordering::AcqRel, Ordering::Acquire);
+            let _ = seg.word(H_ABORT).compare_exchange(
+                0,
+                self.world.rank as u64 + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
             seg.wake_all();
         }
     }
@@ -295,7 +342,8 @@ impl ShmComm {
     fn publish(&self, set: usize, desc: [u64; 3]) {
         if let Some(seg) = &self.seg {
             for (i, v) in desc.iter().enumerate() {
-                seg.rank_word(self.world.rank, R_DESC + (set * 3 + i) * 8).store(*v, Ordering::Relaxed);
+                seg.rank_word(self.world.rank, R_DESC + (set * 3 + i) * 8)
+                    .store(*v, Ordering::Relaxed);
             }
         }
     }
@@ -304,8 +352,10 @@ impl ShmComm {
     fn verify(&self, set: usize, desc: [u64; 3], op: &'static str) -> Result<(), CommError> {
         let Some(seg) = &self.seg else { return Ok(()) };
         for q in 0..seg.size {
-            let theirs: [u64; 3] =
-                std::array::from_fn(|i| seg.rank_word(q, R_DESC + (set * 3 + i) * 8).load(Ordering::Relaxed));
+            let theirs: [u64; 3] = std::array::from_fn(|i| {
+                seg.rank_word(q, R_DESC + (set * 3 + i) * 8)
+                    .load(Ordering::Relaxed)
+            });
             if theirs != desc {
                 self.raise_abort();
                 return Err(CommError::LengthMismatch {
@@ -355,7 +405,13 @@ impl ShmComm {
                 // SAFETY: after barrier A nobody writes chunk `mine` of any slot of this set except
                 // this rank (into its own slot), and other ranks read it only after barrier B.
                 let out = unsafe { seg.slot(set, me, s..e) };
-                let part = |q: usize| -> &[f32] { if q == me { &b[s..e] } else { unsafe { seg.slot(set, q, s..e) } } };
+                let part = |q: usize| -> &[f32] {
+                    if q == me {
+                        &b[s..e]
+                    } else {
+                        unsafe { seg.slot(set, q, s..e) }
+                    }
+                };
                 copy_floats(out, part(0));
                 for q in 1..n {
                     add_assign(out, part(q));
@@ -378,7 +434,11 @@ impl ShmComm {
 }
 
 fn unreachable_single() -> CommError {
-    CommError::Config { field: "shm segment", expected: "a segment for size > 1".into(), actual: "none".into() }
+    CommError::Config {
+        field: "shm segment",
+        expected: "a segment for size > 1".into(),
+        actual: "none".into(),
+    }
 }
 
 fn describe(d: [u64; 3]) -> String {
@@ -394,7 +454,8 @@ fn describe(d: [u64; 3]) -> String {
 impl Drop for ShmComm {
     fn drop(&mut self) {
         if let Some(seg) = &self.seg {
-            seg.rank_word(self.world.rank, R_STATE).store(STATE_LEFT, Ordering::Release);
+            seg.rank_word(self.world.rank, R_STATE)
+                .store(STATE_LEFT, Ordering::Release);
             seg.wake_all();
         }
     }
@@ -414,7 +475,9 @@ impl Communicator for ShmComm {
     }
 
     fn allreduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        let Some(slot) = self.seg.as_ref().map(|s| s.slot_floats) else { return Ok(()) };
+        let Some(slot) = self.seg.as_ref().map(|s| s.slot_floats) else {
+            return Ok(());
+        };
         let desc = [OP_ALLREDUCE, buf.len() as u64, 0];
         if buf.is_empty() {
             return self.allreduce_round(buf, Some(desc));
@@ -427,7 +490,9 @@ impl Communicator for ShmComm {
 
     fn broadcast_bytes(&mut self, buf: &mut [u8], root: usize) -> Result<(), CommError> {
         check_root(root, self.world.size)?;
-        let Some(slot_bytes) = self.seg.as_ref().map(|s| s.slot_floats * 4) else { return Ok(()) };
+        let Some(slot_bytes) = self.seg.as_ref().map(|s| s.slot_floats * 4) else {
+            return Ok(());
+        };
         let desc = [OP_BROADCAST, buf.len() as u64, root as u64];
         let me = self.world.rank;
         let mut first = true;
@@ -472,13 +537,23 @@ impl Communicator for ShmComm {
     }
 }
 
-fn create_segment(path: PathBuf, world: WorldInfo, slot_floats: usize, opts: &CommOptions) -> Result<Segment, CommError> {
+fn create_segment(
+    path: PathBuf,
+    world: WorldInfo,
+    slot_floats: usize,
+    opts: &CommOptions,
+) -> Result<Segment, CommError> {
     let (data_off, total) = layout(world.size, slot_floats);
     let shown = path.display().to_string();
     match std::fs::remove_file(&path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(CommError::io(format!("removing stale shm segment {shown}"), e)),
+        Err(e) => {
+            return Err(CommError::io(
+                format!("removing stale shm segment {shown}"),
+                e,
+            ));
+        }
     }
     let file = OpenOptions::new()
         .read(true)
@@ -488,18 +563,33 @@ fn create_segment(path: PathBuf, world: WorldInfo, slot_floats: usize, opts: &Co
         .map_err(|e| CommError::io(format!("creating shm segment {shown}"), e))?;
     allocate(&file, total).map_err(|e| {
         let _ = std::fs::remove_file(&path);
-        CommError::io(format!("reserving {total} bytes for shm segment {shown} (is /dev/shm large enough?)"), e)
+        CommError::io(
+            format!("reserving {total} bytes for shm segment {shown} (is /dev/shm large enough?)"),
+            e,
+        )
     })?;
     // SAFETY: the file is ours, sized, and stays open while mapped; other processes only touch it
     // through the protocol above.
-    let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| CommError::io(format!("mapping {shown}"), e))?;
-    let seg = Segment { map, size: world.size, slot_floats, data_off, path };
-    seg.word(H_VERSION).store(PROTOCOL_VERSION, Ordering::Relaxed);
+    let map = unsafe { MmapMut::map_mut(&file) }
+        .map_err(|e| CommError::io(format!("mapping {shown}"), e))?;
+    let seg = Segment {
+        map,
+        size: world.size,
+        slot_floats,
+        data_off,
+        path,
+    };
+    seg.word(H_VERSION)
+        .store(PROTOCOL_VERSION, Ordering::Relaxed);
     seg.word(H_SIZE).store(world.size as u64, Ordering::Relaxed);
-    seg.word(H_SLOT).store(slot_floats as u64, Ordering::Relaxed);
-    seg.word(H_CREATOR).store(std::process::id() as u64, Ordering::Relaxed);
-    seg.rank_word(0, R_PID).store(std::process::id() as u64, Ordering::Relaxed);
-    seg.rank_word(0, R_STATE).store(STATE_ACTIVE, Ordering::Relaxed);
+    seg.word(H_SLOT)
+        .store(slot_floats as u64, Ordering::Relaxed);
+    seg.word(H_CREATOR)
+        .store(std::process::id() as u64, Ordering::Relaxed);
+    seg.rank_word(0, R_PID)
+        .store(std::process::id() as u64, Ordering::Relaxed);
+    seg.rank_word(0, R_STATE)
+        .store(STATE_ACTIVE, Ordering::Relaxed);
     seg.word(H_MAGIC).store(MAGIC, Ordering::Release);
     // Wait for everybody to attach, then remove the name: the mappings stay valid.
     let mut clock = StallClock::new(0, "connect", opts);
@@ -507,8 +597,11 @@ fn create_segment(path: PathBuf, world: WorldInfo, slot_floats: usize, opts: &Co
         if seg.word(H_JOINED).load(Ordering::Acquire) as usize >= world.size - 1 {
             break Ok(());
         }
-        let missing =
-            || (1..world.size).filter(|&q| seg.rank_word(q, R_PID).load(Ordering::Acquire) == 0).collect();
+        let missing = || {
+            (1..world.size)
+                .filter(|&q| seg.rank_word(q, R_PID).load(Ordering::Acquire) == 0)
+                .collect()
+        };
         if let Err(e) = clock.check(missing) {
             break Err(e);
         }
@@ -518,25 +611,40 @@ fn create_segment(path: PathBuf, world: WorldInfo, slot_floats: usize, opts: &Co
     result.map(|_| seg)
 }
 
-fn attach_segment(path: PathBuf, world: WorldInfo, slot_floats: usize, opts: &CommOptions) -> Result<Segment, CommError> {
+fn attach_segment(
+    path: PathBuf,
+    world: WorldInfo,
+    slot_floats: usize,
+    opts: &CommOptions,
+) -> Result<Segment, CommError> {
     let shown = path.display().to_string();
     let (data_off, total) = layout(world.size, slot_floats);
     let mut clock = StallClock::new(world.rank, "connect", opts);
     let mypid = std::process::id() as u64;
     loop {
         if let Some(seg) = try_attach(&path, world, slot_floats, data_off, total)? {
-            let claimed = seg.rank_word(world.rank, R_PID).compare_exchange(0, mypid, Ordering::AcqRel, Ordering::Acquire);
+            let claimed = seg.rank_word(world.rank, R_PID).compare_exchange(
+                0,
+                mypid,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
             if let Err(other) = claimed {
                 if process_alive(other) {
                     return Err(CommError::Config {
                         field: "RANK",
                         expected: format!("a rank not already taken in {shown}"),
-                        actual: format!("{} (already taken by pid {other}: two processes started with the same rank)", world.rank),
+                        actual: format!(
+                            "{} (already taken by pid {other}: two processes started with the same rank)",
+                            world.rank
+                        ),
                     });
                 }
-                seg.rank_word(world.rank, R_PID).store(mypid, Ordering::Release);
+                seg.rank_word(world.rank, R_PID)
+                    .store(mypid, Ordering::Release);
             }
-            seg.rank_word(world.rank, R_STATE).store(STATE_ACTIVE, Ordering::Release);
+            seg.rank_word(world.rank, R_STATE)
+                .store(STATE_ACTIVE, Ordering::Release);
             seg.word(H_JOINED).fetch_add(1, Ordering::AcqRel);
             return Ok(seg);
         }
@@ -559,13 +667,23 @@ fn try_attach(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(CommError::io(format!("opening shm segment {shown}"), e)),
     };
-    let len = file.metadata().map_err(|e| CommError::io(format!("reading {shown}"), e))?.len() as usize;
+    let len = file
+        .metadata()
+        .map_err(|e| CommError::io(format!("reading {shown}"), e))?
+        .len() as usize;
     if len < PAGE {
         return Ok(None);
     }
     // SAFETY: as in `create_segment`; the length is checked before any slot is touched.
-    let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| CommError::io(format!("mapping {shown}"), e))?;
-    let seg = Segment { map, size: world.size, slot_floats, data_off: PAGE, path: path.to_path_buf() };
+    let map = unsafe { MmapMut::map_mut(&file) }
+        .map_err(|e| CommError::io(format!("mapping {shown}"), e))?;
+    let seg = Segment {
+        map,
+        size: world.size,
+        slot_floats,
+        data_off: PAGE,
+        path: path.to_path_buf(),
+    };
     if seg.word(H_MAGIC).load(Ordering::Acquire) != MAGIC {
         return Ok(None);
     }
@@ -574,7 +692,12 @@ fn try_attach(
         return Ok(None); // a stale segment of a dead job; rank 0 will replace it
     }
     let refuse = |field: &'static str, expected: String, actual: u64| {
-        Err(CommError::Refused { rank: world.rank, field, expected, actual: format!("{actual} in {shown}") })
+        Err(CommError::Refused {
+            rank: world.rank,
+            field,
+            expected,
+            actual: format!("{actual} in {shown}"),
+        })
     };
     let version = seg.word(H_VERSION).load(Ordering::Relaxed);
     if version != PROTOCOL_VERSION {
@@ -612,7 +735,9 @@ fn allocate(file: &File, total: usize) -> std::io::Result<()> {
 
 /// Whether process `pid` exists and is not a zombie.
 fn process_alive(pid: u64) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
     if pid <= 0 {
         return false;
     }
@@ -623,18 +748,33 @@ fn process_alive(pid: u64) -> bool {
     }
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the first field after the parenthesised command name.
-        Ok(stat) => !matches!(stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next()), Some(Some('Z' | 'X'))),
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().chars().next()),
+            Some(Some('Z' | 'X'))
+        ),
         Err(_) => rc == 0,
     }
 }
 
 #[cfg(target_os = "linux")]
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
     // SAFETY: a shared (non-private) FUTEX_WAIT on a valid, aligned u32 in a shared mapping; the
     // kernel only reads it.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        );
     }
 }
 
@@ -642,7 +782,15 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: as `futex_wait`.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0usize,
+            0usize,
+            0u32,
+        );
     }
 }
 
@@ -680,7 +828,8 @@ mod tests {
                 .map(|rank| {
                     let f = &f;
                     s.spawn(move || {
-                        let mut c = ShmComm::connect_with_slot(WorldInfo { rank, size: n }, o, slot)?;
+                        let mut c =
+                            ShmComm::connect_with_slot(WorldInfo { rank, size: n }, o, slot)?;
                         f(&mut c)
                     })
                 })
@@ -694,7 +843,9 @@ mod tests {
         // Tiny slots force many rounds and exercise the alternation of slot sets.
         for n in [2, 3] {
             let o = opts(&format!("small{n}"));
-            let d = with_ranks(n, 1000, &o, |c| conformance::run_all(c, &conformance::SuiteOptions::quick()));
+            let d = with_ranks(n, 1000, &o, |c| {
+                conformance::run_all(c, &conformance::SuiteOptions::quick())
+            });
             assert!(d.windows(2).all(|w| w[0] == w[1]));
             let path = PathBuf::from("/dev/shm").join(o.shm_name.as_ref().unwrap());
             assert!(!path.exists(), "segment {path:?} left behind");
@@ -704,20 +855,35 @@ mod tests {
     #[test]
     fn results_match_the_local_backend() {
         let o = opts("match");
-        let shm = with_ranks(3, o.shm_slot_bytes / 4, &o, |c| conformance::run_all(c, &conformance::SuiteOptions::quick()));
-        let local = crate::local::LocalComm::run(3, |c| conformance::run_all(c, &conformance::SuiteOptions::quick())).unwrap();
+        let shm = with_ranks(3, o.shm_slot_bytes / 4, &o, |c| {
+            conformance::run_all(c, &conformance::SuiteOptions::quick())
+        });
+        let local = crate::local::LocalComm::run(3, |c| {
+            conformance::run_all(c, &conformance::SuiteOptions::quick())
+        })
+        .unwrap();
         assert_eq!(shm, local);
     }
 
     #[test]
     fn wrong_world_size_is_refused() {
-        let o = CommOptions { timeout: Duration::from_secs(1), ..opts("size") };
+        let o = CommOptions {
+            timeout: Duration::from_secs(1),
+            ..opts("size")
+        };
         std::thread::scope(|s| {
             let o2 = &o;
-            let h = s.spawn(move || ShmComm::connect(WorldInfo { rank: 0, size: 2 }, o2).map(|_| ()));
+            let h =
+                s.spawn(move || ShmComm::connect(WorldInfo { rank: 0, size: 2 }, o2).map(|_| ()));
             std::thread::sleep(Duration::from_millis(100));
-            let e = ShmComm::connect(WorldInfo { rank: 1, size: 3 }, &o).err().unwrap().to_string();
-            assert!(e.contains("world size mismatch: expected 3, found 2"), "{e}");
+            let e = ShmComm::connect(WorldInfo { rank: 1, size: 3 }, &o)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                e.contains("world size mismatch: expected 3, found 2"),
+                "{e}"
+            );
             let e0 = h.join().unwrap().unwrap_err().to_string();
             assert!(e0.contains("rank(s) [1]"), "{e0}");
         });
@@ -726,7 +892,10 @@ mod tests {
     #[test]
     fn a_missing_name_is_a_clear_error() {
         let o = CommOptions::default();
-        let e = ShmComm::connect(WorldInfo { rank: 0, size: 2 }, &o).err().unwrap().to_string();
+        let e = ShmComm::connect(WorldInfo { rank: 0, size: 2 }, &o)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("FFN_SHM_NAME"), "{e}");
     }
 }

@@ -47,7 +47,12 @@ impl StallClock {
         }
         let late = late();
         if waited >= self.timeout {
-            return Err(CommError::Timeout { rank: self.rank, peers: late, op: self.op, waited });
+            return Err(CommError::Timeout {
+                rank: self.rank,
+                peers: late,
+                op: self.op,
+                waited,
+            });
         }
         self.warned = true;
         eprintln!(

@@ -55,7 +55,11 @@ pub struct ZmqComm {
 
 fn zerr(context: impl Into<String>) -> impl FnOnce(zmq::Error) -> CommError {
     let context = context.into();
-    move |e| CommError::Transport { backend: "zmq", context, detail: e.to_string() }
+    move |e| CommError::Transport {
+        backend: "zmq",
+        context,
+        detail: e.to_string(),
+    }
 }
 
 /// What a message header says.
@@ -81,7 +85,15 @@ impl Call {
     fn decode(h: &[u8; HEADER]) -> (u64, Call) {
         let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or_default());
         let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap_or_default());
-        (u64_at(0), Call { seq: u64_at(8), op: u32_at(16), root: u32_at(20), len: u64_at(24) })
+        (
+            u64_at(0),
+            Call {
+                seq: u64_at(8),
+                op: u32_at(16),
+                root: u32_at(20),
+                len: u64_at(24),
+            },
+        )
     }
 
     fn describe(&self) -> String {
@@ -119,16 +131,26 @@ impl ZmqComm {
         let timeout_ms = opts.timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
         let mut mine = Vec::new();
         for q in (0..n).filter(|&q| q != me) {
-            let s = ctx.socket(zmq::PULL).map_err(zerr("creating a PULL socket"))?;
-            s.set_maxmsgsize(block_bytes as i64).map_err(zerr("setting ZMQ_MAXMSGSIZE"))?;
-            s.set_rcvhwm(4 * DEPTH as i32).map_err(zerr("setting ZMQ_RCVHWM"))?;
+            let s = ctx
+                .socket(zmq::PULL)
+                .map_err(zerr("creating a PULL socket"))?;
+            s.set_maxmsgsize(block_bytes as i64)
+                .map_err(zerr("setting ZMQ_MAXMSGSIZE"))?;
+            s.set_rcvhwm(4 * DEPTH as i32)
+                .map_err(zerr("setting ZMQ_RCVHWM"))?;
             s.set_linger(0).map_err(zerr("setting ZMQ_LINGER"))?;
             let addr = format!("tcp://{}:*", opts.bind_addr);
-            s.bind(&addr).map_err(zerr(format!("rank {me}: binding a data socket to {addr} (FFN_COMM_BIND)")))?;
+            s.bind(&addr).map_err(zerr(format!(
+                "rank {me}: binding a data socket to {addr} (FFN_COMM_BIND)"
+            )))?;
             let ep = s
                 .get_last_endpoint()
                 .map_err(zerr("reading the bound endpoint"))?
-                .map_err(|_| CommError::Transport { backend: "zmq", context: "bound endpoint".into(), detail: "not UTF-8".into() })?;
+                .map_err(|_| CommError::Transport {
+                    backend: "zmq",
+                    context: "bound endpoint".into(),
+                    detail: "not UTF-8".into(),
+                })?;
             mine.push((q, ep));
             comm.pull[q] = Some(s);
         }
@@ -140,16 +162,32 @@ impl ZmqComm {
             block: block_bytes,
             endpoints: mine,
         };
-        let table = if me == 0 { serve_rendezvous(&ctx, opts, hello)? } else { join_rendezvous(&ctx, opts, &hello)? };
+        let table = if me == 0 {
+            serve_rendezvous(&ctx, opts, hello)?
+        } else {
+            join_rendezvous(&ctx, opts, &hello)?
+        };
         for q in (0..n).filter(|&q| q != me) {
-            let ep = table.iter().find(|(r, p, _)| *r == q && *p == me).map(|(_, _, e)| e.clone()).ok_or_else(|| {
-                CommError::Protocol { rank: me, peer: 0, detail: format!("the endpoint table has no entry for rank {q}") }
-            })?;
-            let s = ctx.socket(zmq::PUSH).map_err(zerr("creating a PUSH socket"))?;
-            s.set_sndhwm(4 * DEPTH as i32).map_err(zerr("setting ZMQ_SNDHWM"))?;
-            s.set_sndtimeo(timeout_ms).map_err(zerr("setting ZMQ_SNDTIMEO"))?;
-            s.set_linger(timeout_ms.min(5000)).map_err(zerr("setting ZMQ_LINGER"))?;
-            s.connect(&ep).map_err(zerr(format!("rank {me}: connecting to rank {q} at {ep}")))?;
+            let ep = table
+                .iter()
+                .find(|(r, p, _)| *r == q && *p == me)
+                .map(|(_, _, e)| e.clone())
+                .ok_or_else(|| CommError::Protocol {
+                    rank: me,
+                    peer: 0,
+                    detail: format!("the endpoint table has no entry for rank {q}"),
+                })?;
+            let s = ctx
+                .socket(zmq::PUSH)
+                .map_err(zerr("creating a PUSH socket"))?;
+            s.set_sndhwm(4 * DEPTH as i32)
+                .map_err(zerr("setting ZMQ_SNDHWM"))?;
+            s.set_sndtimeo(timeout_ms)
+                .map_err(zerr("setting ZMQ_SNDTIMEO"))?;
+            s.set_linger(timeout_ms.min(5000))
+                .map_err(zerr("setting ZMQ_LINGER"))?;
+            s.connect(&ep)
+                .map_err(zerr(format!("rank {me}: connecting to rank {q} at {ep}")))?;
             comm.push[q] = Some(s);
         }
         comm.barrier()?;
@@ -158,7 +196,12 @@ impl ZmqComm {
 
     fn call(&mut self, op: u32, root: usize, len: usize) -> Call {
         self.seq += 1;
-        Call { seq: self.seq, op, root: root as u32, len: len as u64 }
+        Call {
+            seq: self.seq,
+            op,
+            root: root as u32,
+            len: len as u64,
+        }
     }
 
     fn send(&self, q: usize, call: &Call, payload: &[u8]) -> Result<(), CommError> {
@@ -171,9 +214,14 @@ impl ZmqComm {
                 op: op_name(call.op),
                 waited: self.opts.timeout,
             },
-            e => CommError::Transport { backend: "zmq", context: format!("rank {me}: sending to rank {q}"), detail: e.to_string() },
+            e => CommError::Transport {
+                backend: "zmq",
+                context: format!("rank {me}: sending to rank {q}"),
+                detail: e.to_string(),
+            },
         };
-        s.send(&call.encode(self.tag)[..], zmq::SNDMORE).map_err(map)?;
+        s.send(&call.encode(self.tag)[..], zmq::SNDMORE)
+            .map_err(map)?;
         s.send(payload, 0).map_err(map)
     }
 
@@ -185,18 +233,28 @@ impl ZmqComm {
         let mut clock = StallClock::new(me, op, &self.opts);
         loop {
             let wait = clock.until_next_check().as_millis().clamp(1, 1000) as i64;
-            let ready = s.poll(zmq::POLLIN, wait).map_err(zerr(format!("rank {me}: waiting for rank {q}")))?;
+            let ready = s
+                .poll(zmq::POLLIN, wait)
+                .map_err(zerr(format!("rank {me}: waiting for rank {q}")))?;
             if ready > 0 {
                 break;
             }
             clock.check(|| vec![q])?;
         }
-        let bad = |detail: String| CommError::Protocol { rank: me, peer: q, detail };
+        let bad = |detail: String| CommError::Protocol {
+            rank: me,
+            peer: q,
+            detail,
+        };
         let mut h = [0u8; HEADER];
-        let got = s.recv_into(&mut h, zmq::DONTWAIT).map_err(zerr(format!("rank {me}: receiving from rank {q}")))?;
+        let got = s
+            .recv_into(&mut h, zmq::DONTWAIT)
+            .map_err(zerr(format!("rank {me}: receiving from rank {q}")))?;
         let more = s.get_rcvmore().map_err(zerr("reading ZMQ_RCVMORE"))?;
         if got != HEADER || !more {
-            return Err(bad(format!("expected a {HEADER}-byte header frame, got {got} bytes")));
+            return Err(bad(format!(
+                "expected a {HEADER}-byte header frame, got {got} bytes"
+            )));
         }
         let (tag, theirs) = Call::decode(&h);
         if tag != self.tag {
@@ -211,9 +269,14 @@ impl ZmqComm {
                 actual: theirs.describe(),
             });
         }
-        let got = s.recv_into(dest, 0).map_err(zerr(format!("rank {me}: receiving from rank {q}")))?;
+        let got = s
+            .recv_into(dest, 0)
+            .map_err(zerr(format!("rank {me}: receiving from rank {q}")))?;
         if got != dest.len() || s.get_rcvmore().map_err(zerr("reading ZMQ_RCVMORE"))? {
-            return Err(bad(format!("expected a payload of {} bytes, got {got}", dest.len())));
+            return Err(bad(format!(
+                "expected a payload of {} bytes, got {got}",
+                dest.len()
+            )));
         }
         Ok(())
     }
@@ -228,7 +291,11 @@ fn op_name(op: u32) -> &'static str {
 }
 
 fn missing_socket(rank: usize, peer: usize) -> CommError {
-    CommError::Protocol { rank, peer, detail: "no socket for this peer".into() }
+    CommError::Protocol {
+        rank,
+        peer,
+        detail: "no socket for this peer".into(),
+    }
 }
 
 /// Block `k` of chunk `c` (empty past the chunk's end).
@@ -267,7 +334,11 @@ impl Communicator for ZmqComm {
             for k in 0..nblocks {
                 while sent < nblocks && sent <= k + DEPTH {
                     for q in (0..n).filter(|&q| q != me) {
-                        self.send(q, &call, crate::reduce::as_bytes(&buf[block(&chunks[q], sent)]))?;
+                        self.send(
+                            q,
+                            &call,
+                            crate::reduce::as_bytes(&buf[block(&chunks[q], sent)]),
+                        )?;
                     }
                     sent += 1;
                 }
@@ -383,7 +454,14 @@ impl Hello {
         if lines.next()? != "ffn-comm-zmq" {
             return None;
         }
-        let mut h = Hello { version: 0, token: String::new(), size: 0, rank: 0, block: 0, endpoints: Vec::new() };
+        let mut h = Hello {
+            version: 0,
+            token: String::new(),
+            size: 0,
+            rank: 0,
+            block: 0,
+            endpoints: Vec::new(),
+        };
         for line in lines {
             let (k, v) = line.split_once('=')?;
             match k {
@@ -405,55 +483,99 @@ impl Hello {
     /// Why rank 0 (`ours`) refuses `self`, as (field, expected, found).
     fn refusal(&self, ours: &Hello, taken: &[bool]) -> Option<(&'static str, String, String)> {
         if self.version != ours.version {
-            return Some(("protocol version", ours.version.to_string(), self.version.to_string()));
+            return Some((
+                "protocol version",
+                ours.version.to_string(),
+                self.version.to_string(),
+            ));
         }
         if self.token != ours.token {
-            return Some(("job token", "the job's FFN_COMM_TOKEN".into(), "a different token".into()));
+            return Some((
+                "job token",
+                "the job's FFN_COMM_TOKEN".into(),
+                "a different token".into(),
+            ));
         }
         if self.size != ours.size {
             return Some(("world size", ours.size.to_string(), self.size.to_string()));
         }
         if self.block != ours.block {
-            return Some(("message size", ours.block.to_string(), self.block.to_string()));
+            return Some((
+                "message size",
+                ours.block.to_string(),
+                self.block.to_string(),
+            ));
         }
         if self.rank == 0 || self.rank >= ours.size || taken[self.rank] {
-            return Some(("rank", format!("an unregistered rank in 1..{}", ours.size), self.rank.to_string()));
+            return Some((
+                "rank",
+                format!("an unregistered rank in 1..{}", ours.size),
+                self.rank.to_string(),
+            ));
         }
         let mut peers: Vec<usize> = self.endpoints.iter().map(|(q, _)| *q).collect();
         peers.sort_unstable();
         let want: Vec<usize> = (0..ours.size).filter(|&q| q != self.rank).collect();
         if peers != want {
-            return Some(("endpoint list", format!("one endpoint for each of {want:?}"), format!("{peers:?}")));
+            return Some((
+                "endpoint list",
+                format!("one endpoint for each of {want:?}"),
+                format!("{peers:?}"),
+            ));
         }
         None
     }
 }
 
 /// Rank 0: accepts the other ranks and returns the endpoint table (rank, peer, endpoint).
-fn serve_rendezvous(ctx: &zmq::Context, opts: &CommOptions, ours: Hello) -> Result<Vec<(usize, usize, String)>, CommError> {
-    let router = ctx.socket(zmq::ROUTER).map_err(zerr("creating the rendezvous socket"))?;
-    router.set_maxmsgsize(HELLO_LIMIT).map_err(zerr("setting ZMQ_MAXMSGSIZE"))?;
-    router.set_linger(2000).map_err(zerr("setting ZMQ_LINGER"))?;
-    let addr = format!("tcp://{}:{}", opts.master_addr, opts.master_port);
+fn serve_rendezvous(
+    ctx: &zmq::Context,
+    opts: &CommOptions,
+    ours: Hello,
+) -> Result<Vec<(usize, usize, String)>, CommError> {
+    let router = ctx
+        .socket(zmq::ROUTER)
+        .map_err(zerr("creating the rendezvous socket"))?;
     router
-        .bind(&addr)
-        .map_err(zerr(format!("rank 0: binding the rendezvous at {addr} (MASTER_ADDR, MASTER_PORT)")))?;
+        .set_maxmsgsize(HELLO_LIMIT)
+        .map_err(zerr("setting ZMQ_MAXMSGSIZE"))?;
+    router
+        .set_linger(2000)
+        .map_err(zerr("setting ZMQ_LINGER"))?;
+    let addr = format!("tcp://{}:{}", opts.master_addr, opts.master_port);
+    router.bind(&addr).map_err(zerr(format!(
+        "rank 0: binding the rendezvous at {addr} (MASTER_ADDR, MASTER_PORT)"
+    )))?;
     let n = ours.size;
     let mut taken = vec![false; n];
     let mut ids: Vec<Vec<u8>> = vec![Vec::new(); n];
-    let mut table: Vec<(usize, usize, String)> = ours.endpoints.iter().map(|(q, e)| (0, *q, e.clone())).collect();
+    let mut table: Vec<(usize, usize, String)> = ours
+        .endpoints
+        .iter()
+        .map(|(q, e)| (0, *q, e.clone()))
+        .collect();
     let mut clock = StallClock::new(0, "connect", opts);
     while taken.iter().skip(1).any(|t| !t) {
         let wait = clock.until_next_check().as_millis().clamp(1, 1000) as i64;
-        if router.poll(zmq::POLLIN, wait).map_err(zerr("rank 0: waiting for hellos"))? == 0 {
+        if router
+            .poll(zmq::POLLIN, wait)
+            .map_err(zerr("rank 0: waiting for hellos"))?
+            == 0
+        {
             clock.check(|| (1..n).filter(|&q| !taken[q]).collect())?;
             continue;
         }
-        let parts = router.recv_multipart(0).map_err(zerr("rank 0: receiving a hello"))?;
+        let parts = router
+            .recv_multipart(0)
+            .map_err(zerr("rank 0: receiving a hello"))?;
         let [id, body] = <[Vec<u8>; 2]>::try_from(parts).unwrap_or_default();
         let hello = std::str::from_utf8(&body).ok().and_then(Hello::decode);
         let reply = match &hello {
-            None => Some(("hello", "an ffn-comm-zmq hello".to_string(), format!("{} unreadable bytes", body.len()))),
+            None => Some((
+                "hello",
+                "an ffn-comm-zmq hello".to_string(),
+                format!("{} unreadable bytes", body.len()),
+            )),
             Some(h) => h.refusal(&ours, &taken),
         };
         match (reply, hello) {
@@ -463,7 +585,9 @@ fn serve_rendezvous(ctx: &zmq::Context, opts: &CommOptions, ours: Hello) -> Resu
                     h.map(|h| h.rank.to_string()).unwrap_or_else(|| "?".into())
                 );
                 let msg = format!("REFUSED\n{field}\n{expected}\n{actual}\n");
-                router.send_multipart([id.as_slice(), msg.as_bytes()], 0).map_err(zerr("rank 0: refusing a peer"))?;
+                router
+                    .send_multipart([id.as_slice(), msg.as_bytes()], 0)
+                    .map_err(zerr("rank 0: refusing a peer"))?;
             }
             (None, Some(h)) => {
                 taken[h.rank] = true;
@@ -478,32 +602,56 @@ fn serve_rendezvous(ctx: &zmq::Context, opts: &CommOptions, ours: Hello) -> Resu
         msg.push_str(&format!("{r} {q} {e}\n"));
     }
     for id in ids.iter().skip(1) {
-        router.send_multipart([id.as_slice(), msg.as_bytes()], 0).map_err(zerr("rank 0: sending the endpoint table"))?;
+        router
+            .send_multipart([id.as_slice(), msg.as_bytes()], 0)
+            .map_err(zerr("rank 0: sending the endpoint table"))?;
     }
     Ok(table)
 }
 
 /// Ranks 1..: registers with rank 0 and returns the endpoint table.
-fn join_rendezvous(ctx: &zmq::Context, opts: &CommOptions, hello: &Hello) -> Result<Vec<(usize, usize, String)>, CommError> {
+fn join_rendezvous(
+    ctx: &zmq::Context,
+    opts: &CommOptions,
+    hello: &Hello,
+) -> Result<Vec<(usize, usize, String)>, CommError> {
     let me = hello.rank;
-    let dealer = ctx.socket(zmq::DEALER).map_err(zerr("creating the rendezvous socket"))?;
-    dealer.set_maxmsgsize(HELLO_LIMIT).map_err(zerr("setting ZMQ_MAXMSGSIZE"))?;
+    let dealer = ctx
+        .socket(zmq::DEALER)
+        .map_err(zerr("creating the rendezvous socket"))?;
+    dealer
+        .set_maxmsgsize(HELLO_LIMIT)
+        .map_err(zerr("setting ZMQ_MAXMSGSIZE"))?;
     dealer.set_linger(0).map_err(zerr("setting ZMQ_LINGER"))?;
     let addr = format!("tcp://{}:{}", opts.master_addr, opts.master_port);
-    dealer.connect(&addr).map_err(zerr(format!("rank {me}: connecting to rank 0 at {addr} (MASTER_ADDR, MASTER_PORT)")))?;
-    dealer.send(hello.encode().as_bytes(), 0).map_err(zerr(format!("rank {me}: sending the hello to {addr}")))?;
+    dealer.connect(&addr).map_err(zerr(format!(
+        "rank {me}: connecting to rank 0 at {addr} (MASTER_ADDR, MASTER_PORT)"
+    )))?;
+    dealer
+        .send(hello.encode().as_bytes(), 0)
+        .map_err(zerr(format!("rank {me}: sending the hello to {addr}")))?;
     let mut clock = StallClock::new(me, "connect", opts);
     loop {
         let wait = clock.until_next_check().as_millis().clamp(1, 1000) as i64;
-        if dealer.poll(zmq::POLLIN, wait).map_err(zerr("waiting for rank 0"))? > 0 {
+        if dealer
+            .poll(zmq::POLLIN, wait)
+            .map_err(zerr("waiting for rank 0"))?
+            > 0
+        {
             break;
         }
         clock.check(|| vec![0])?;
     }
-    let body = dealer.recv_bytes(0).map_err(zerr(format!("rank {me}: receiving the endpoint table")))?;
+    let body = dealer
+        .recv_bytes(0)
+        .map_err(zerr(format!("rank {me}: receiving the endpoint table")))?;
     let text = String::from_utf8_lossy(&body);
     let mut lines = text.lines();
-    let bad = |detail: &str| CommError::Protocol { rank: me, peer: 0, detail: detail.to_string() };
+    let bad = |detail: &str| CommError::Protocol {
+        rank: me,
+        peer: 0,
+        detail: detail.to_string(),
+    };
     match lines.next() {
         Some("OK") => {}
         Some("REFUSED") => {
@@ -518,7 +666,12 @@ fn join_rendezvous(ctx: &zmq::Context, opts: &CommOptions, hello: &Hello) -> Res
                 _ => "hello",
             };
             let (expected, actual) = (f(), f());
-            return Err(CommError::Refused { rank: me, field, expected, actual });
+            return Err(CommError::Refused {
+                rank: me,
+                field,
+                expected,
+                actual,
+            });
         }
         _ => return Err(bad("unreadable reply to the hello")),
     }
@@ -528,7 +681,9 @@ fn join_rendezvous(ctx: &zmq::Context, opts: &CommOptions, hello: &Hello) -> Res
         let (Some(r), Some(q), Some(e)) = (it.next(), it.next(), it.next()) else {
             return Err(bad("malformed endpoint table"));
         };
-        let (Ok(r), Ok(q)) = (r.parse(), q.parse()) else { return Err(bad("malformed endpoint table")) };
+        let (Ok(r), Ok(q)) = (r.parse(), q.parse()) else {
+            return Err(bad("malformed endpoint table"));
+        };
         table.push((r, q, e.to_string()));
     }
     Ok(table)
@@ -539,14 +694,19 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
@@ -565,7 +725,11 @@ mod tests {
     }
 
     fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
     }
 
     #[test]
@@ -576,15 +740,60 @@ mod tests {
             size: 3,
             rank: 2,
             block: 4,
-            endpoints: vec![(0, "tcp://127.0.0.1:1".into()), (1, "tcp://127.0.0.1:2".into())],
+            endpoints: vec![
+                (0, "tcp://127.0.0.1:1".into()),
+                (1, "tcp://127.0.0.1:2".into()),
+            ],
         };
         assert_eq!(Hello::decode(&h.encode()), Some(h.clone()));
-        assert_eq!(h.refusal(&Hello { rank: 0, ..h.clone() }, &[false; 3]), None);
-        let r = h.refusal(&Hello { token: "x".into(), ..h.clone() }, &[false; 3]).unwrap();
+        assert_eq!(
+            h.refusal(
+                &Hello {
+                    rank: 0,
+                    ..h.clone()
+                },
+                &[false; 3]
+            ),
+            None
+        );
+        let r = h
+            .refusal(
+                &Hello {
+                    token: "x".into(),
+                    ..h.clone()
+                },
+                &[false; 3],
+            )
+            .unwrap();
         assert_eq!(r.0, "job token");
-        assert!(!r.1.contains("x") && !r.2.contains("sécret"), "tokens must not be printed");
-        assert_eq!(h.refusal(&Hello { size: 4, ..h.clone() }, &[false; 4]).unwrap().0, "world size");
-        assert_eq!(h.refusal(&Hello { version: 9, ..h.clone() }, &[false; 3]).unwrap().0, "protocol version");
+        assert!(
+            !r.1.contains("x") && !r.2.contains("sécret"),
+            "tokens must not be printed"
+        );
+        assert_eq!(
+            h.refusal(
+                &Hello {
+                    size: 4,
+                    ..h.clone()
+                },
+                &[false; 4]
+            )
+            .unwrap()
+            .0,
+            "world size"
+        );
+        assert_eq!(
+            h.refusal(
+                &Hello {
+                    version: 9,
+                    ..h.clone()
+                },
+                &[false; 3]
+            )
+            .unwrap()
+            .0,
+            "protocol version"
+        );
         assert_eq!(h.refusal(&h, &[false, false, true]).unwrap().0, "rank");
     }
 
@@ -598,14 +807,21 @@ mod tests {
                         let o = &o;
                         s.spawn(move || {
                             let mut c = ZmqComm::connect(WorldInfo { rank, size: n }, o)?;
-                            conformance::run_all(&mut c, &conformance::SuiteOptions::quick()).map(|r| r.digest)
+                            conformance::run_all(&mut c, &conformance::SuiteOptions::quick())
+                                .map(|r| r.digest)
                         })
                     })
                     .collect();
                 hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
             });
-            let local = crate::local::LocalComm::run(n, |c| conformance::run_all(c, &conformance::SuiteOptions::quick())).unwrap();
-            assert!(digests.iter().all(|d| *d == local[0].digest), "{n} ranks: {digests:x?}");
+            let local = crate::local::LocalComm::run(n, |c| {
+                conformance::run_all(c, &conformance::SuiteOptions::quick())
+            })
+            .unwrap();
+            assert!(
+                digests.iter().all(|d| *d == local[0].digest),
+                "{n} ranks: {digests:x?}"
+            );
         }
     }
 
@@ -613,11 +829,21 @@ mod tests {
     fn a_wrong_token_is_refused() {
         let port = free_port();
         std::thread::scope(|s| {
-            let h = s.spawn(move || ZmqComm::connect(WorldInfo { rank: 0, size: 2 }, &opts(port, "right")).err().unwrap());
-            let e = ZmqComm::connect(WorldInfo { rank: 1, size: 2 }, &opts(port, "wrong")).err().unwrap().to_string();
+            let h = s.spawn(move || {
+                ZmqComm::connect(WorldInfo { rank: 0, size: 2 }, &opts(port, "right"))
+                    .err()
+                    .unwrap()
+            });
+            let e = ZmqComm::connect(WorldInfo { rank: 1, size: 2 }, &opts(port, "wrong"))
+                .err()
+                .unwrap()
+                .to_string();
             assert!(e.contains("rendezvous refused: job token mismatch"), "{e}");
             let e0 = h.join().unwrap().to_string();
-            assert!(e0.contains("connect timed out") && e0.contains("rank(s) [1]"), "{e0}");
+            assert!(
+                e0.contains("connect timed out") && e0.contains("rank(s) [1]"),
+                "{e0}"
+            );
         });
     }
 
@@ -625,9 +851,17 @@ mod tests {
     fn a_wrong_world_size_is_refused() {
         let port = free_port();
         std::thread::scope(|s| {
-            let h = s.spawn(move || ZmqComm::connect(WorldInfo { rank: 0, size: 2 }, &opts(port, "")).err());
-            let e = ZmqComm::connect(WorldInfo { rank: 1, size: 3 }, &opts(port, "")).err().unwrap().to_string();
-            assert!(e.contains("world size mismatch: expected 2, found 3"), "{e}");
+            let h = s.spawn(move || {
+                ZmqComm::connect(WorldInfo { rank: 0, size: 2 }, &opts(port, "")).err()
+            });
+            let e = ZmqComm::connect(WorldInfo { rank: 1, size: 3 }, &opts(port, ""))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                e.contains("world size mismatch: expected 2, found 3"),
+                "{e}"
+            );
             assert!(h.join().unwrap().is_some());
         });
     }

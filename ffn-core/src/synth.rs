@@ -96,13 +96,21 @@ impl fmt::Display for SynthError {
 impl core::error::Error for SynthError {}
 
 fn check(ok: bool, field: &'static str, expected: &'static str) -> Result<(), SynthError> {
-    if ok { Ok(()) } else { Err(SynthError { field, expected }) }
+    if ok {
+        Ok(())
+    } else {
+        Err(SynthError { field, expected })
+    }
 }
 
 impl SynthConfig {
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<(), SynthError> {
-        check(self.shape.iter().all(|&s| s >= 1), "shape", "every size >= 1")?;
+        check(
+            self.shape.iter().all(|&s| s >= 1),
+            "shape",
+            "every size >= 1",
+        )?;
         check(
             self.shape.iter().product::<usize>() <= 1 << 30,
             "shape",
@@ -111,13 +119,41 @@ impl SynthConfig {
         check(self.neurites >= 1, "neurites", ">= 1")?;
         check(self.neurites < u32::MAX as usize, "neurites", "< 2^32")?;
         let (r0, r1) = self.radius;
-        check(r0.is_finite() && r0 > 0.0 && r1 >= r0 && r1.is_finite(), "radius", "0 < min <= max")?;
-        check((0.0..=1.0).contains(&self.branch_prob), "branch_prob", "in [0, 1]")?;
-        check((0.0..1.0).contains(&self.persistence), "persistence", "in [0, 1)")?;
-        check(self.blur_sigma.is_finite() && self.blur_sigma >= 0.0, "blur_sigma", ">= 0")?;
-        check(self.noise_stddev.is_finite() && self.noise_stddev >= 0.0, "noise_stddev", ">= 0")?;
-        check(self.interior.is_finite() && self.membrane.is_finite(), "interior/membrane", "finite")?;
-        check(self.interior_spread.is_finite(), "interior_spread", "finite")?;
+        check(
+            r0.is_finite() && r0 > 0.0 && r1 >= r0 && r1.is_finite(),
+            "radius",
+            "0 < min <= max",
+        )?;
+        check(
+            (0.0..=1.0).contains(&self.branch_prob),
+            "branch_prob",
+            "in [0, 1]",
+        )?;
+        check(
+            (0.0..1.0).contains(&self.persistence),
+            "persistence",
+            "in [0, 1)",
+        )?;
+        check(
+            self.blur_sigma.is_finite() && self.blur_sigma >= 0.0,
+            "blur_sigma",
+            ">= 0",
+        )?;
+        check(
+            self.noise_stddev.is_finite() && self.noise_stddev >= 0.0,
+            "noise_stddev",
+            ">= 0",
+        )?;
+        check(
+            self.interior.is_finite() && self.membrane.is_finite(),
+            "interior/membrane",
+            "finite",
+        )?;
+        check(
+            self.interior_spread.is_finite(),
+            "interior_spread",
+            "finite",
+        )?;
         Ok(())
     }
 }
@@ -182,14 +218,21 @@ fn grow_sites(cfg: &SynthConfig, rng: &mut Rng) -> Vec<Site> {
                     p * dir[1] + (1.0 - p) * jitter[1],
                     p * dir[2] + (1.0 - p) * jitter[2],
                 ]);
-                pos = [pos[0] + step * dir[0], pos[1] + step * dir[1], pos[2] + step * dir[2]];
+                pos = [
+                    pos[0] + step * dir[0],
+                    pos[1] + step * dir[1],
+                    pos[2] + step * dir[2],
+                ];
                 if !inside(&pos) {
                     break;
                 }
                 if branches < 16 && rng.next_f32() < cfg.branch_prob {
                     branches += 1;
                     let side = random_unit(rng);
-                    tips.push((pos, normalise([dir[0] + side[0], dir[1] + side[1], dir[2] + side[2]])));
+                    tips.push((
+                        pos,
+                        normalise([dir[0] + side[0], dir[1] + side[1], dir[2] + side[2]]),
+                    ));
                 }
             }
         }
@@ -214,7 +257,10 @@ impl PartialOrd for Entry {
 impl Ord for Entry {
     /// Reversed, so that `BinaryHeap` pops the smallest key first.
     fn cmp(&self, other: &Self) -> Ordering {
-        other.key.total_cmp(&self.key).then_with(|| other.voxel.cmp(&self.voxel))
+        other
+            .key
+            .total_cmp(&self.key)
+            .then_with(|| other.voxel.cmp(&self.voxel))
     }
 }
 
@@ -227,7 +273,11 @@ fn assign_labels(shape: [usize; 3], sites: &[Site]) -> Vec<u32> {
     let mut owner = vec![u32::MAX; n];
     let mut heap = BinaryHeap::new();
     let key_of = |site: &Site, z: usize, y: usize, x: usize| {
-        let d = [z as f32 - site.pos[0], y as f32 - site.pos[1], x as f32 - site.pos[2]];
+        let d = [
+            z as f32 - site.pos[0],
+            y as f32 - site.pos[1],
+            x as f32 - site.pos[2],
+        ];
         libm::sqrtf(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]) / site.radius
     };
     for (i, s) in sites.iter().enumerate() {
@@ -327,7 +377,13 @@ pub fn generate(cfg: &SynthConfig) -> Result<SynthVolume, SynthError> {
     // A volume without any site inside (impossible in practice: every neurite starts inside).
     let labels: Vec<u64> = owner
         .iter()
-        .map(|&o| if o == u32::MAX { 0 } else { sites[o as usize].label as u64 })
+        .map(|&o| {
+            if o == u32::MAX {
+                0
+            } else {
+                sites[o as usize].label as u64
+            }
+        })
         .collect();
     let offsets: Vec<f32> = (0..=cfg.neurites)
         .map(|_| (rng.next_f32() * 2.0 - 1.0) * cfg.interior_spread)
@@ -344,7 +400,11 @@ pub fn generate(cfg: &SynthConfig) -> Result<SynthVolume, SynthError> {
                     || (y + 1 < ny && labels[v + nx] != l)
                     || (x > 0 && labels[v - 1] != l)
                     || (x + 1 < nx && labels[v + 1] != l);
-                image[v] = if boundary { cfg.membrane } else { cfg.interior + offsets[l as usize] };
+                image[v] = if boundary {
+                    cfg.membrane
+                } else {
+                    cfg.interior + offsets[l as usize]
+                };
             }
         }
     }
@@ -371,7 +431,11 @@ mod tests {
     use alloc::collections::BTreeMap;
 
     fn small() -> SynthConfig {
-        SynthConfig { shape: [24, 28, 32], neurites: 8, ..SynthConfig::default() }
+        SynthConfig {
+            shape: [24, 28, 32],
+            neurites: 8,
+            ..SynthConfig::default()
+        }
     }
 
     #[test]
@@ -402,7 +466,8 @@ mod tests {
                 for x in 1..nx - 1 {
                     let l = v.labels[(z, y, x)];
                     let b = [(1, 0, 0), (0, 1, 0), (0, 0, 1)].iter().any(|&(a, b2, c)| {
-                        v.labels[(z + a, y + b2, x + c)] != l || v.labels[(z - a, y - b2, x - c)] != l
+                        v.labels[(z + a, y + b2, x + c)] != l
+                            || v.labels[(z - a, y - b2, x - c)] != l
                     });
                     let g = v.image[(z, y, x)] as f64;
                     if b {
@@ -462,9 +527,17 @@ mod tests {
 
     #[test]
     fn bad_config_names_the_field() {
-        let e = generate(&SynthConfig { neurites: 0, ..small() }).unwrap_err();
+        let e = generate(&SynthConfig {
+            neurites: 0,
+            ..small()
+        })
+        .unwrap_err();
         assert_eq!(e.field, "neurites");
-        let e = generate(&SynthConfig { radius: (2.0, 1.0), ..small() }).unwrap_err();
+        let e = generate(&SynthConfig {
+            radius: (2.0, 1.0),
+            ..small()
+        })
+        .unwrap_err();
         assert!(e.to_string().contains("synth.radius"));
     }
 }

@@ -656,6 +656,27 @@ mod tests {
             [1, 1, 1, 4, 1]
         );
         assert_eq!(st.tensor("optimizer/t").unwrap().shape(), [1]);
+        // The header is the plain safetensors layout other readers (PyTorch) expect: u64 length,
+        // JSON with dtype/shape/data_offsets per tensor and string metadata.
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+        assert_eq!(header["__metadata__"]["format"], FORMAT);
+        assert_eq!(header["__metadata__"]["step"], "17");
+        let w = &header["conv0_b/biases"];
+        assert_eq!(
+            (w["dtype"].as_str(), w["shape"].clone()),
+            (Some("F32"), json!([4]))
+        );
+        let (a, b) = (
+            w["data_offsets"][0].as_u64().unwrap() as usize,
+            w["data_offsets"][1].as_u64().unwrap() as usize,
+        );
+        let spec = &c.model.param_specs()[3];
+        assert_eq!(spec.name, "conv0_b/biases");
+        assert_eq!(
+            bytes_f32(&bytes[8 + n + a..8 + n + b]),
+            c.params[spec.offset..spec.offset + 4]
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod crc32c;
 pub mod error;
 pub mod labels;
 pub mod precomputed;
+pub mod request;
 pub mod stack;
 pub mod tf_bundle;
 pub mod tile_store;
@@ -21,6 +22,7 @@ pub mod volume;
 
 pub use checkpoint::{Checkpoint, load_any_model, load_checkpoint, save_checkpoint};
 pub use error::IoError;
+pub use request::{InferenceRequest, load_inference_request, parse_inference_request};
 pub use volume::{
     VolumeSpec, check_same_shape, dataset_dtype, dataset_shape, list_datasets, read_image_f32,
     read_image_f32_region, read_image_u8, read_image_u8_region, read_labels, read_labels_region,

@@ -45,7 +45,11 @@ struct Sample {
 
 /// Runs the benchmark (spawning ranks when needed).
 pub fn run(args: Args) -> Result<()> {
-    ensure!(args.ranks >= 1 && args.ranks <= 1024, "bench comm --ranks {}: expected 1..=1024", args.ranks);
+    ensure!(
+        args.ranks >= 1 && args.ranks <= 1024,
+        "bench comm --ranks {}: expected 1..=1024",
+        args.ranks
+    );
     ensure!(
         args.seconds.is_finite() && args.seconds > 0.0,
         "bench comm --seconds {}: expected a positive number",
@@ -59,7 +63,9 @@ pub fn run(args: Args) -> Result<()> {
             backend.ensure_compiled_in()?;
             match backend {
                 Backend::Local => {
-                    let results = ffn_comm::local::LocalComm::run(args.ranks, |c| measure(c, &sizes, args.seconds))?;
+                    let results = ffn_comm::local::LocalComm::run(args.ranks, |c| {
+                        measure(c, &sizes, args.seconds)
+                    })?;
                     report(&args, &results[0]);
                     Ok(())
                 }
@@ -73,7 +79,12 @@ pub fn run(args: Args) -> Result<()> {
 /// shm / zmq: be a rank if the environment says so, otherwise start the ranks.
 fn run_env_ranks(args: &Args, backend: Backend, sizes: &[usize]) -> Result<()> {
     if std::env::var_os("RANK").is_none() {
-        let launch = super::launch::Args { nproc: args.ranks, timeout: None, bind: None, command: self_args(args) };
+        let launch = super::launch::Args {
+            nproc: args.ranks,
+            timeout: None,
+            bind: None,
+            command: self_args(args),
+        };
         let code = super::launch::launch(&launch)?;
         if code != 0 {
             std::process::exit(code);
@@ -81,7 +92,8 @@ fn run_env_ranks(args: &Args, backend: Backend, sizes: &[usize]) -> Result<()> {
         return Ok(());
     }
     let opts = CommOptions::from_env().context("bench comm: reading the environment")?;
-    let mut comm = ffn_comm::connect(backend, &opts).with_context(|| format!("bench comm: connecting ({backend})"))?;
+    let mut comm = ffn_comm::connect(backend, &opts)
+        .with_context(|| format!("bench comm: connecting ({backend})"))?;
     ensure!(
         comm.size() == args.ranks,
         "bench comm --ranks {}: the environment says WORLD_SIZE={}",
@@ -97,11 +109,23 @@ fn run_env_ranks(args: &Args, backend: Backend, sizes: &[usize]) -> Result<()> {
 
 /// This command's arguments, to start it again as a rank.
 fn self_args(args: &Args) -> Vec<String> {
-    let mut v: Vec<String> = ["bench", "comm", "--backend", &args.backend, "--ranks", &args.ranks.to_string()]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    v.extend(["--sizes".into(), args.sizes.clone(), "--seconds".into(), args.seconds.to_string()]);
+    let mut v: Vec<String> = [
+        "bench",
+        "comm",
+        "--backend",
+        &args.backend,
+        "--ranks",
+        &args.ranks.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend([
+        "--sizes".into(),
+        args.sizes.clone(),
+        "--seconds".into(),
+        args.seconds.to_string(),
+    ]);
     if args.json {
         v.push("--json".into());
     }
@@ -110,7 +134,9 @@ fn self_args(args: &Args) -> Vec<String> {
 
 #[cfg(feature = "mpi")]
 fn run_mpi(args: &Args, sizes: &[usize], raw: bool) -> Result<()> {
-    let under_mpirun = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"].iter().any(|v| std::env::var_os(v).is_some());
+    let under_mpirun = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
     if !under_mpirun {
         let exe = std::env::current_exe().context("bench comm: finding the ffn executable")?;
         let status = std::process::Command::new("mpirun")
@@ -134,7 +160,11 @@ fn run_mpi(args: &Args, sizes: &[usize], raw: bool) -> Result<()> {
         args.ranks,
         comm.size()
     );
-    let samples = if raw { measure_raw(&mut comm, sizes, args.seconds)? } else { measure(&mut comm, sizes, args.seconds)? };
+    let samples = if raw {
+        measure_raw(&mut comm, sizes, args.seconds)?
+    } else {
+        measure(&mut comm, sizes, args.seconds)?
+    };
     if comm.rank() == 0 {
         report(args, &samples);
     }
@@ -143,11 +173,19 @@ fn run_mpi(args: &Args, sizes: &[usize], raw: bool) -> Result<()> {
 
 #[cfg(not(feature = "mpi"))]
 fn run_mpi(_args: &Args, _sizes: &[usize], _raw: bool) -> Result<()> {
-    Err(ffn_comm::CommError::NotCompiled { backend: "MPI", feature: "mpi" }.into())
+    Err(ffn_comm::CommError::NotCompiled {
+        backend: "MPI",
+        feature: "mpi",
+    }
+    .into())
 }
 
 /// Times `allreduce_sum` at every size.
-fn measure<C: Communicator + ?Sized>(comm: &mut C, sizes: &[usize], seconds: f64) -> Result<Vec<Sample>> {
+fn measure<C: Communicator + ?Sized>(
+    comm: &mut C,
+    sizes: &[usize],
+    seconds: f64,
+) -> Result<Vec<Sample>> {
     let mut out = Vec::new();
     for &bytes in sizes {
         let mut buf = vec![1.0f32; bytes / 4];
@@ -159,7 +197,11 @@ fn measure<C: Communicator + ?Sized>(comm: &mut C, sizes: &[usize], seconds: f64
 
 /// Times the library's own `MPI_Allreduce` at every size.
 #[cfg(feature = "mpi")]
-fn measure_raw(comm: &mut ffn_comm::mpi_backend::MpiComm, sizes: &[usize], seconds: f64) -> Result<Vec<Sample>> {
+fn measure_raw(
+    comm: &mut ffn_comm::mpi_backend::MpiComm,
+    sizes: &[usize],
+    seconds: f64,
+) -> Result<Vec<Sample>> {
     let mut out = Vec::new();
     for &bytes in sizes {
         let send = vec![1.0f32; bytes / 4];
@@ -182,7 +224,9 @@ fn time_op<C: Communicator + ?Sized>(
     let t = Instant::now();
     op(comm)?;
     let once = t.elapsed().as_secs_f64().max(1e-7);
-    let mut iters = ((seconds / once).ceil() as u64).clamp(3, 100_000).to_le_bytes();
+    let mut iters = ((seconds / once).ceil() as u64)
+        .clamp(3, 100_000)
+        .to_le_bytes();
     comm.broadcast_bytes(&mut iters, 0)?;
     let iters = u64::from_le_bytes(iters);
     comm.barrier()?;
@@ -192,18 +236,32 @@ fn time_op<C: Communicator + ?Sized>(
     }
     comm.barrier()?;
     let time_s = t.elapsed().as_secs_f64() / iters as f64;
-    Ok(Sample { bytes, iters: iters as usize, time_s })
+    Ok(Sample {
+        bytes,
+        iters: iters as usize,
+        time_s,
+    })
 }
 
 fn report(args: &Args, samples: &[Sample]) {
     let n = args.ranks as f64;
     if !args.json {
-        println!("# ffn bench comm: backend {} with {} ranks (allreduce sum of f32)", args.backend, args.ranks);
-        println!("{:>12} {:>8} {:>12} {:>11} {:>11}", "bytes", "iters", "time_us", "algbw_GB/s", "busbw_GB/s");
+        println!(
+            "# ffn bench comm: backend {} with {} ranks (allreduce sum of f32)",
+            args.backend, args.ranks
+        );
+        println!(
+            "{:>12} {:>8} {:>12} {:>11} {:>11}",
+            "bytes", "iters", "time_us", "algbw_GB/s", "busbw_GB/s"
+        );
     }
     for s in samples {
         let algbw = s.bytes as f64 / s.time_s / 1e9;
-        let busbw = if args.ranks > 1 { algbw * 2.0 * (n - 1.0) / n } else { 0.0 };
+        let busbw = if args.ranks > 1 {
+            algbw * 2.0 * (n - 1.0) / n
+        } else {
+            0.0
+        };
         if args.json {
             println!(
                 "{}",
@@ -220,7 +278,14 @@ fn report(args: &Args, samples: &[Sample]) {
                 })
             );
         } else {
-            println!("{:>12} {:>8} {:>12.2} {:>11.3} {:>11.3}", s.bytes, s.iters, s.time_s * 1e6, algbw, busbw);
+            println!(
+                "{:>12} {:>8} {:>12.2} {:>11.3} {:>11.3}",
+                s.bytes,
+                s.iters,
+                s.time_s * 1e6,
+                algbw,
+                busbw
+            );
         }
     }
 }
@@ -233,21 +298,35 @@ fn parse_sizes(text: &str) -> Result<Vec<usize>> {
             Some((i, _)) => item.split_at(i),
             None => (item, ""),
         };
-        let mult: usize = match unit.to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        let mult: usize = match unit
+            .to_ascii_uppercase()
+            .trim_end_matches("IB")
+            .trim_end_matches('B')
+        {
             "" => 1,
             "K" => 1 << 10,
             "M" => 1 << 20,
             "G" => 1 << 30,
-            _ => bail!("bench comm --sizes: {item:?}: expected a number of bytes with an optional K, M or G suffix"),
+            _ => bail!(
+                "bench comm --sizes: {item:?}: expected a number of bytes with an optional K, M or G suffix"
+            ),
         };
         let n: usize = digits
             .parse()
             .with_context(|| format!("bench comm --sizes: {item:?}: expected a number of bytes with an optional K, M or G suffix"))?;
-        let bytes = n.checked_mul(mult).with_context(|| format!("bench comm --sizes: {item:?} is too large"))?;
-        ensure!(bytes % 4 == 0, "bench comm --sizes: {item:?} = {bytes} bytes: expected a multiple of 4 (f32 values)");
+        let bytes = n
+            .checked_mul(mult)
+            .with_context(|| format!("bench comm --sizes: {item:?} is too large"))?;
+        ensure!(
+            bytes % 4 == 0,
+            "bench comm --sizes: {item:?} = {bytes} bytes: expected a multiple of 4 (f32 values)"
+        );
         out.push(bytes);
     }
-    ensure!(!out.is_empty(), "bench comm --sizes {text:?}: expected at least one size");
+    ensure!(
+        !out.is_empty(),
+        "bench comm --sizes {text:?}: expected at least one size"
+    );
     Ok(out)
 }
 
@@ -257,9 +336,22 @@ mod tests {
 
     #[test]
     fn sizes_parse_with_binary_suffixes() {
-        assert_eq!(parse_sizes("4, 1K,1M,64MiB,2G").unwrap(), vec![4, 1024, 1 << 20, 64 << 20, 2 << 30]);
-        assert!(parse_sizes("3").unwrap_err().to_string().contains("multiple of 4"));
-        assert!(parse_sizes("1X").unwrap_err().to_string().contains("\"1X\""));
+        assert_eq!(
+            parse_sizes("4, 1K,1M,64MiB,2G").unwrap(),
+            vec![4, 1024, 1 << 20, 64 << 20, 2 << 30]
+        );
+        assert!(
+            parse_sizes("3")
+                .unwrap_err()
+                .to_string()
+                .contains("multiple of 4")
+        );
+        assert!(
+            parse_sizes("1X")
+                .unwrap_err()
+                .to_string()
+                .contains("\"1X\"")
+        );
         assert!(parse_sizes("").is_err());
     }
 }

@@ -58,18 +58,25 @@ pub fn run(args: Args) -> Result<()> {
     }
     let seed = match (args.seed, std::env::var("FFN_TEST_SEED")) {
         (Some(s), _) => s,
-        (None, Ok(v)) => v.parse().with_context(|| format!("FFN_TEST_SEED={v:?}: expected an integer"))?,
+        (None, Ok(v)) => v
+            .parse()
+            .with_context(|| format!("FFN_TEST_SEED={v:?}: expected an integer"))?,
         (None, Err(_)) => SuiteOptions::quick().seed,
     };
-    let mut comm = ffn_comm::connect(backend, &opts).with_context(|| format!("connecting with backend {backend}"))?;
+    let mut comm = ffn_comm::connect(backend, &opts)
+        .with_context(|| format!("connecting with backend {backend}"))?;
     let (rank, size) = (comm.rank(), comm.size());
     if let Some(fail_rank) = args.fail_rank {
         let mut buf = vec![1.0f32; 1000];
         for i in 0..args.fail_after {
-            comm.allreduce_sum(&mut buf).with_context(|| format!("rank {rank}: allreduce {i} before the failure"))?;
+            comm.allreduce_sum(&mut buf)
+                .with_context(|| format!("rank {rank}: allreduce {i} before the failure"))?;
         }
         if rank == fail_rank {
-            eprintln!("comm-selftest: rank {rank} fails now ({:?})", args.fail_mode);
+            eprintln!(
+                "comm-selftest: rank {rank} fails now ({:?})",
+                args.fail_mode
+            );
             match args.fail_mode {
                 FailMode::Exit => std::process::exit(3),
                 FailMode::Stall => loop {
@@ -79,12 +86,19 @@ pub fn run(args: Args) -> Result<()> {
         }
         let mut i = 0u64;
         loop {
-            comm.allreduce_sum(&mut buf).with_context(|| format!("rank {rank}: allreduce {i} after rank {fail_rank} failed"))?;
+            comm.allreduce_sum(&mut buf).with_context(|| {
+                format!("rank {rank}: allreduce {i} after rank {fail_rank} failed")
+            })?;
             i += 1;
         }
     }
-    let suite = SuiteOptions { seed, large: args.large, ..SuiteOptions::quick() };
-    let report = conformance::run_all(comm.as_mut(), &suite).with_context(|| format!("conformance suite, backend {backend}"))?;
+    let suite = SuiteOptions {
+        seed,
+        large: args.large,
+        ..SuiteOptions::quick()
+    };
+    let report = conformance::run_all(comm.as_mut(), &suite)
+        .with_context(|| format!("conformance suite, backend {backend}"))?;
     println!(
         "comm-selftest: backend {backend} rank {rank} of {size}: {} checks passed, digest {:016x}",
         report.checks, report.digest

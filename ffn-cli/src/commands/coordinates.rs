@@ -18,7 +18,11 @@ pub fn parse_named_spec(s: &str) -> Result<(String, VolumeSpec)> {
         Some((name, rest)) if rest.contains(':') => (name.to_string(), rest),
         _ => {
             let spec: VolumeSpec = s.parse()?;
-            let name = spec.path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = spec
+                .path
+                .file_stem()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             return Ok((name, spec));
         }
     };
@@ -64,13 +68,25 @@ pub fn build(args: &Args) -> Result<usize> {
         names.push(name);
     }
     let views: Vec<_> = vols.iter().map(|v| v.view()).collect();
-    let cfg = CoordinateConfig { margin, max_per_class: args.max_per_class };
+    let cfg = CoordinateConfig {
+        margin,
+        max_per_class: args.max_per_class,
+    };
     let coords = build_coordinates(&views, &cfg, &mut Rng::new(args.seed))?;
     if coords.is_empty() {
-        bail!("no coordinates: every voxel is excluded or within the margin {:?} (x,y,z)", args.margin);
+        bail!(
+            "no coordinates: every voxel is excluded or within the margin {:?} (x,y,z)",
+            args.margin
+        );
     }
     let n = coords.len();
-    write_coords(&args.out, &CoordinateFile { volumes: names, coords })?;
+    write_coords(
+        &args.out,
+        &CoordinateFile {
+            volumes: names,
+            coords,
+        },
+    )?;
     Ok(n)
 }
 

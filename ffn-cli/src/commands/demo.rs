@@ -138,10 +138,21 @@ pub fn run(args: Args) -> Result<()> {
             let shape = parse_xyz(&args.size).context("--size")?;
             let vol = shape.iter().product::<usize>() as f64;
             // About one neurite per 20^3 voxels, radii 4-9: objects a few FOVs long.
-            let neurites = args.neurites.unwrap_or(((vol / 8000.0).round() as usize).max(4));
-            let cfg = SynthConfig { shape, neurites, radius: (4.0, 9.0), seed: args.seed, ..SynthConfig::default() };
+            let neurites = args
+                .neurites
+                .unwrap_or(((vol / 8000.0).round() as usize).max(4));
+            let cfg = SynthConfig {
+                shape,
+                neurites,
+                radius: (4.0, 9.0),
+                seed: args.seed,
+                ..SynthConfig::default()
+            };
             let a = generate(&cfg)?;
-            let b = generate(&SynthConfig { seed: args.seed + 1000, ..cfg.clone() })?;
+            let b = generate(&SynthConfig {
+                seed: args.seed + 1000,
+                ..cfg.clone()
+            })?;
             println!(
                 "      synthetic: two {}x{}x{} (x,y,z) volumes with {neurites} neurites (train seed {}, held-out seed {})",
                 shape[2],
@@ -172,24 +183,53 @@ pub fn run(args: Args) -> Result<()> {
     }
 
     // 2. Partitions and coordinates.
-    println!("[2/5] partitions and coordinates (lom radius {:?} z,y,x)", radius);
-    let pcfg = PartitionConfig { lom_radius: radius, min_size: args.min_size, ..PartitionConfig::default() };
+    println!(
+        "[2/5] partitions and coordinates (lom radius {:?} z,y,x)",
+        radius
+    );
+    let pcfg = PartitionConfig {
+        lom_radius: radius,
+        min_size: args.min_size,
+        ..PartitionConfig::default()
+    };
     let parts = compute_partitions(train_lab.view(), &pcfg)?;
     ffn_io::write_image_u8(&spec(&data, "train_partitions"), &parts)?;
-    let ccfg = CoordinateConfig { margin: radius, max_per_class: Some(20_000) };
-    let coords = build_coordinates(&[parts.view()], &ccfg, &mut ffn_core::rng::Rng::new(args.seed))?;
+    let ccfg = CoordinateConfig {
+        margin: radius,
+        max_per_class: Some(20_000),
+    };
+    let coords = build_coordinates(
+        &[parts.view()],
+        &ccfg,
+        &mut ffn_core::rng::Rng::new(args.seed),
+    )?;
     if coords.is_empty() {
-        bail!("no training coordinates: the training volume is smaller than twice the lom radius {radius:?}");
+        bail!(
+            "no training coordinates: the training volume is smaller than twice the lom radius {radius:?}"
+        );
     }
     let coords_path = out.join("train.coords");
-    write_coords(&coords_path, &CoordinateFile { volumes: vec!["train".into()], coords })?;
+    write_coords(
+        &coords_path,
+        &CoordinateFile {
+            volumes: vec!["train".into()],
+            coords,
+        },
+    )?;
 
     // 3. Training.
-    println!("[3/5] training for up to {:.1} min (progress on stderr)", args.train_minutes);
+    println!(
+        "[3/5] training for up to {:.1} min (progress on stderr)",
+        args.train_minutes
+    );
     let mean_std = {
         let n = train_img.len() as f64;
         let m = train_img.iter().map(|&v| v as f64).sum::<f64>() / n;
-        let v = train_img.iter().map(|&x| (x as f64 - m).powi(2)).sum::<f64>() / n;
+        let v = train_img
+            .iter()
+            .map(|&x| (x as f64 - m).powi(2))
+            .sum::<f64>()
+            / n;
         (m, v.sqrt().max(1e-6))
     };
     let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
@@ -230,7 +270,9 @@ pub fn run(args: Args) -> Result<()> {
         "--max-steps".into(),
         args.max_steps.to_string(),
         "--max-seconds".into(),
-        ((args.train_minutes * 60.0).round() as u64).max(1).to_string(),
+        ((args.train_minutes * 60.0).round() as u64)
+            .max(1)
+            .to_string(),
         "--report-every".into(),
         "100".into(),
         "--checkpoint-every".into(),
@@ -251,10 +293,16 @@ pub fn run(args: Args) -> Result<()> {
     let mut predictor = NetPredictor(ConvStack3d::from_params(ck.model, ck.params)?);
     let (tz, ty, tx) = test_img.dim();
     let shape = [tz, ty, tx];
-    let image: Vec<f32> =
-        test_img.iter().map(|&v| ((v as f64 - mean_std.0) / mean_std.1) as f32).collect();
-    let opts = InferenceOptions { min_segment_size: args.min_segment_size, ..InferenceOptions::default() };
-    let mut canvas = Canvas::new(&image, shape, fov, deltas, opts).map_err(|e| anyhow::anyhow!("inference: {e}"))?;
+    let image: Vec<f32> = test_img
+        .iter()
+        .map(|&v| ((v as f64 - mean_std.0) / mean_std.1) as f32)
+        .collect();
+    let opts = InferenceOptions {
+        min_segment_size: args.min_segment_size,
+        ..InferenceOptions::default()
+    };
+    let mut canvas = Canvas::new(&image, shape, fov, deltas, opts)
+        .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
     let seed_points = seeds::policy_peaks(&image, shape, &seeds::PeaksOptions::default());
     let t_inf = Instant::now();
     let clock = move || t_inf.elapsed().as_secs_f64();
@@ -263,14 +311,16 @@ pub fn run(args: Args) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
     let seg = canvas.segmentation();
     let n_segments = canvas.origins().len();
-    let seg_arr = Array3::from_shape_vec((tz, ty, tx), seg.clone()).context("segmentation shape")?;
+    let seg_arr =
+        Array3::from_shape_vec((tz, ty, tx), seg.clone()).context("segmentation shape")?;
     ffn_io::write_labels(&spec(&data, "test_segmentation"), &seg_arr)?;
     let inf_secs = t_inf.elapsed().as_secs_f64();
 
     // 5. Evaluation and figures.
     println!("[5/5] evaluation");
     let truth: Vec<u64> = test_lab.iter().copied().collect();
-    let scores = evaluate(&truth, &seg, &MetricOptions::default()).map_err(|e| anyhow::anyhow!("evaluation: {e}"))?;
+    let scores = evaluate(&truth, &seg, &MetricOptions::default())
+        .map_err(|e| anyhow::anyhow!("evaluation: {e}"))?;
     let unsegmented = seg.iter().filter(|&&v| v == 0).count() as f64 / seg.len().max(1) as f64;
     let z = tz / 2;
     let grey: Vec<u8> = test_img.slice(s![z, .., ..]).iter().copied().collect();
@@ -283,7 +333,14 @@ pub fn run(args: Args) -> Result<()> {
     if let (Some(a), Some(b)) = (&first, &last) {
         println!(
             "training: {} steps, {:.1} examples/s; loss {:.4} -> {:.4}, F1 {:.3} -> {:.3}, accuracy {:.3} -> {:.3}",
-            summary.steps, summary.examples_per_s, a.loss, b.loss, a.f1, b.f1, a.accuracy, b.accuracy
+            summary.steps,
+            summary.examples_per_s,
+            a.loss,
+            b.loss,
+            a.f1,
+            b.f1,
+            a.accuracy,
+            b.accuracy
         );
     }
     println!(
@@ -300,11 +357,17 @@ pub fn run(args: Args) -> Result<()> {
         scores.adapted_rand_error
     );
     println!("outputs:");
-    println!("  volumes        {} (train_*, test_*, test_segmentation)", data.display());
+    println!(
+        "  volumes        {} (train_*, test_*, test_segmentation)",
+        data.display()
+    );
     println!("  checkpoint     {}", summary.checkpoint.display());
     println!("  training log   {}", summary.log.display());
     println!("  training curve {}", summary.curve.display());
-    println!("  slice overlay  {} (image | truth | segmentation, z = {z})", overlay.display());
+    println!(
+        "  slice overlay  {} (image | truth | segmentation, z = {z})",
+        overlay.display()
+    );
     println!("total time {:.1} min", t_all.elapsed().as_secs_f64() / 60.0);
     Ok(())
 }

@@ -54,12 +54,13 @@ pub fn launch(args: &Args) -> Result<i32> {
     if args.nproc == 0 || args.nproc > 4096 {
         bail!("ffn launch: -n {}: expected 1..=4096 ranks", args.nproc);
     }
-    if let Some(t) = args.timeout {
-        if !(t.is_finite() && t > 0.0) {
-            bail!("ffn launch: --timeout {t}: expected a positive number of seconds");
-        }
+    if let Some(t) = args.timeout
+        && !(t.is_finite() && t > 0.0)
+    {
+        bail!("ffn launch: --timeout {t}: expected a positive number of seconds");
     }
-    let exe = std::env::current_exe().context("ffn launch: finding the path of the ffn executable")?;
+    let exe =
+        std::env::current_exe().context("ffn launch: finding the path of the ffn executable")?;
     let env = job_env(args.nproc)?;
     let cpus = allowed_cpus();
     let bind = match args.bind {
@@ -69,8 +70,10 @@ pub fn launch(args: &Args) -> Result<i32> {
     let mut children: Vec<Option<Child>> = Vec::with_capacity(args.nproc);
     for rank in 0..args.nproc {
         let mut cmd = Command::new(&exe);
-        cmd.args(&args.command).envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        cmd.env("RANK", rank.to_string()).env("LOCAL_RANK", rank.to_string());
+        cmd.args(&args.command)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd.env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string());
         if bind && !cpus.is_empty() {
             let cpu = cpus[rank % cpus.len()];
             let mut mask = [0u64; 16];
@@ -89,7 +92,9 @@ pub fn launch(args: &Args) -> Result<i32> {
             Ok(child) => children.push(Some(child)),
             Err(e) => {
                 stop_all(&mut children);
-                return Err(e).with_context(|| format!("ffn launch: starting rank {rank} ({})", exe.display()));
+                return Err(e).with_context(|| {
+                    format!("ffn launch: starting rank {rank} ({})", exe.display())
+                });
             }
         }
     }
@@ -117,9 +122,14 @@ fn job_env(n: usize) -> Result<Vec<(String, String)>> {
 /// Hex of `bytes` random bytes from the OS (falls back to time and pid if /dev/urandom is missing).
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
-    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).is_ok();
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok();
     if !ok {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
         let seed = t ^ ((std::process::id() as u128) << 64);
         for (i, b) in buf.iter_mut().enumerate() {
             *b = (seed >> ((i % 16) * 8)) as u8;
@@ -153,16 +163,21 @@ fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Resul
         }
         if let Some((rank, status)) = failed {
             let running = children.iter().filter(|c| c.is_some()).count();
-            eprintln!("ffn launch: rank {rank} failed ({status}); stopping the {running} other running rank(s)");
+            eprintln!(
+                "ffn launch: rank {rank} failed ({status}); stopping the {running} other running rank(s)"
+            );
             stop_all(children);
             return Ok(exit_code(status));
         }
-        if let Some(t) = timeout {
-            if start.elapsed() >= t {
-                eprintln!("ffn launch: the job did not finish within {:.1} s; stopping all ranks", t.as_secs_f64());
-                stop_all(children);
-                return Ok(124);
-            }
+        if let Some(t) = timeout
+            && start.elapsed() >= t
+        {
+            eprintln!(
+                "ffn launch: the job did not finish within {:.1} s; stopping all ranks",
+                t.as_secs_f64()
+            );
+            stop_all(children);
+            return Ok(124);
         }
         if remaining > 0 {
             std::thread::sleep(Duration::from_millis(10));
@@ -213,7 +228,9 @@ fn allowed_cpus() -> Vec<usize> {
     if rc != 0 {
         return Vec::new();
     }
-    (0..1024).filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0).collect()
+    (0..1024)
+        .filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0)
+        .collect()
 }
 
 unsafe extern "C" {

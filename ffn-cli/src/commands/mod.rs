@@ -5,8 +5,10 @@ mod bench_comm;
 mod comm_selftest;
 pub mod coordinates;
 pub mod demo;
+mod eval;
 pub mod export;
 mod import;
+mod infer;
 mod inspect;
 mod launch;
 pub mod partitions;
@@ -44,6 +46,10 @@ pub enum Command {
     Import(import::Args),
     /// Lists the variables (names, dtypes, shapes) of a checkpoint: ffn-rs .safetensors or TF model.ckpt-N.
     Inspect(inspect::Args),
+    /// Segments a volume (or a crop) by flood filling with a trained model; reads google/ffn requests.
+    Infer(infer::Args),
+    /// Scores a segmentation against ground truth: VI split/merge, adapted Rand error, worst errors.
+    Eval(eval::Args),
     /// Flood-fill inference in overlapping tiles on one or many ranks, resumable, with global ids.
     InferTiled(tiled::Args),
     /// Draws one slice of a segmentation over the image as a PNG (`--z 120 --out slice.png`).
@@ -66,6 +72,8 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Import(args) => import::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Infer(args) => infer::run(args),
+        Command::Eval(args) => eval::run(args),
         Command::InferTiled(args) => tiled::run(args),
         Command::View(args) => view::run(args),
         Command::Export(args) => export::run(args),

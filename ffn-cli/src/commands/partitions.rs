@@ -6,14 +6,18 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use ffn_core::training::partitions::{
-    DEFAULT_MIN_SIZE, DEFAULT_THRESHOLDS, EXCLUDED, PartitionConfig, class_histogram, compute_partitions,
+    DEFAULT_MIN_SIZE, DEFAULT_THRESHOLDS, EXCLUDED, PartitionConfig, class_histogram,
+    compute_partitions,
 };
 use ffn_io::VolumeSpec;
 
 /// Parses `x,y,z` (or a single value for all three) into `[z, y, x]`.
 pub fn parse_xyz(s: &str) -> Result<[usize; 3]> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-    let num = |p: &str| p.parse::<usize>().with_context(|| format!("'{p}' in '{s}' is not a non-negative integer"));
+    let num = |p: &str| {
+        p.parse::<usize>()
+            .with_context(|| format!("'{p}' in '{s}' is not a non-negative integer"))
+    };
     match parts.as_slice() {
         [v] => {
             let v = num(v)?;
@@ -27,7 +31,11 @@ pub fn parse_xyz(s: &str) -> Result<[usize; 3]> {
 /// Parses a comma-separated list of numbers.
 pub fn parse_f32_list(s: &str) -> Result<Vec<f32>> {
     s.split(',')
-        .map(|p| p.trim().parse::<f32>().with_context(|| format!("'{p}' in '{s}' is not a number")))
+        .map(|p| {
+            p.trim()
+                .parse::<f32>()
+                .with_context(|| format!("'{p}' in '{s}' is not a number"))
+        })
         .collect()
 }
 
@@ -62,7 +70,8 @@ pub fn compute(args: &Args) -> Result<Vec<usize>> {
         min_size: args.min_size,
     };
     let labels = ffn_io::read_labels(&args.labels)?;
-    let parts = compute_partitions(labels.view(), &cfg).with_context(|| format!("partitions of {}", args.labels))?;
+    let parts = compute_partitions(labels.view(), &cfg)
+        .with_context(|| format!("partitions of {}", args.labels))?;
     ffn_io::write_image_u8(&args.out, &parts)?;
     Ok(class_histogram(parts.view()))
 }
@@ -71,7 +80,11 @@ pub fn compute(args: &Args) -> Result<Vec<usize>> {
 pub fn run(args: Args) -> Result<()> {
     let t = Instant::now();
     let hist = compute(&args)?;
-    println!("wrote {} in {:.1} s; voxels per class:", args.out, t.elapsed().as_secs_f64());
+    println!(
+        "wrote {} in {:.1} s; voxels per class:",
+        args.out,
+        t.elapsed().as_secs_f64()
+    );
     for (class, &n) in hist.iter().enumerate() {
         if n > 0 {
             let what = match class as u8 {

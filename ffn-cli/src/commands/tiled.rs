@@ -67,7 +67,7 @@ pub struct Args {
     /// least that lets segments reach every voxel of a tile's core).
     #[arg(long)]
     pub tile_overlap: Option<String>,
-    /// Folder of finished tiles (default: OUT's file name + `.tiles`). Reruns resume from it.
+    /// Folder of finished tiles (default: next to OUT's file, `FILE.DATASET.tiles`). Reruns resume from it.
     #[arg(long)]
     pub tile_store: Option<PathBuf>,
     /// Stop after this process computed this many tiles (the rest are left for a rerun).
@@ -286,7 +286,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let store_dir = args.tile_store.clone().unwrap_or_else(|| {
         let mut name = out.path.file_name().map(|s| s.to_os_string()).unwrap_or_default();
-        name.push(".tiles");
+        name.push(format!(".{}.tiles", out.dataset.replace('/', "_")));
         out.path.with_file_name(name)
     });
     let fingerprint = format!(

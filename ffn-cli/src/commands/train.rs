@@ -28,8 +28,8 @@ use serde_json::{Value, json};
 use super::coordinates::parse_named_spec;
 use super::partitions::{parse_f32_list, parse_xyz};
 use crate::optimizers::{OptimizerKind, make_optimizer};
-use ffn_core::optim::Optimizer;
 use crate::plot;
+use ffn_core::optim::Optimizer;
 
 /// Name of the extra checkpoint buffer that holds the trainer state.
 const TRAINER_STATE: &str = "trainer_state";
@@ -192,7 +192,9 @@ impl Args {
     /// Parses arguments as if given on the command line after `ffn train`.
     pub fn from_strings(args: &[String]) -> Result<Self> {
         let all = std::iter::once("train".to_string()).chain(args.iter().cloned());
-        Ok(Wrapper::try_parse_from(all).context("train arguments")?.args)
+        Ok(Wrapper::try_parse_from(all)
+            .context("train arguments")?
+            .args)
     }
 }
 
@@ -221,7 +223,8 @@ pub struct LogRow {
     pub elapsed_s: f64,
 }
 
-const CSV_HEADER: &str = "step,loss,precision,recall,f1,accuracy,examples,examples_per_s,lr,elapsed_s";
+const CSV_HEADER: &str =
+    "step,loss,precision,recall,f1,accuracy,examples,examples_per_s,lr,elapsed_s";
 
 impl LogRow {
     fn csv(&self) -> String {
@@ -299,7 +302,7 @@ pub struct Summary {
     /// The log file.
     pub log: PathBuf,
     /// Mean and stddev used for each volume, by name.
-    pub normalisation: Vec<(String, f64, f64)>,
+    pub normalisation: Vec<Normalisation>,
     /// Mean FOV evaluations per second over this process's steps.
     pub examples_per_s: f64,
 }
@@ -322,11 +325,23 @@ fn mean_std(v: &ndarray::Array3<f32>) -> (f64, f64) {
 }
 
 /// Loads the volumes named in the coordinate file, normalised.
-fn load_volumes(args: &Args, names: &[String]) -> Result<(Vec<TrainingVolume>, Vec<(String, f64, f64)>)> {
-    let images: Vec<(String, ffn_io::VolumeSpec)> =
-        args.images.iter().map(|s| parse_named_spec(s).context("--image")).collect::<Result<_>>()?;
-    let labels: Vec<(String, ffn_io::VolumeSpec)> =
-        args.labels.iter().map(|s| parse_named_spec(s).context("--labels")).collect::<Result<_>>()?;
+/// Name, image mean and image stddev of one training volume.
+pub type Normalisation = (String, f64, f64);
+
+fn load_volumes(
+    args: &Args,
+    names: &[String],
+) -> Result<(Vec<TrainingVolume>, Vec<Normalisation>)> {
+    let images: Vec<(String, ffn_io::VolumeSpec)> = args
+        .images
+        .iter()
+        .map(|s| parse_named_spec(s).context("--image"))
+        .collect::<Result<_>>()?;
+    let labels: Vec<(String, ffn_io::VolumeSpec)> = args
+        .labels
+        .iter()
+        .map(|s| parse_named_spec(s).context("--labels"))
+        .collect::<Result<_>>()?;
     let means = per_volume(&args.image_mean, names.len(), "image-mean")?;
     let stds = per_volume(&args.image_stddev, names.len(), "image-stddev")?;
     let mut vols = Vec::new();
@@ -348,16 +363,28 @@ fn load_volumes(args: &Args, names: &[String]) -> Result<(Vec<TrainingVolume>, V
         let (m0, s0) = mean_std(&image);
         let mean = means.as_ref().map_or(m0, |m| m[i]);
         let std = stds.as_ref().map_or(s0, |s| s[i]);
-        ensure!(std > 0.0 && std.is_finite(), "volume '{name}' ({ispec}): image stddev must be > 0, found {std}");
+        ensure!(
+            std > 0.0 && std.is_finite(),
+            "volume '{name}' ({ispec}): image stddev must be > 0, found {std}"
+        );
         image.mapv_inplace(|x| ((x as f64 - mean) / std) as f32);
         norms.push((name.clone(), mean, std));
-        vols.push(TrainingVolume { name: name.clone(), image, labels: lab });
+        vols.push(TrainingVolume {
+            name: name.clone(),
+            image,
+            labels: lab,
+        });
     }
     Ok((vols, norms))
 }
 
 /// The configuration that must match between a run and its resumption.
-fn config_json(args: &Args, model: &ModelConfig, norms: &[(String, f64, f64)], n_coords: usize) -> Value {
+fn config_json(
+    args: &Args,
+    model: &ModelConfig,
+    norms: &[Normalisation],
+    n_coords: usize,
+) -> Value {
     // Floats as their shortest exact text: JSON number parsing is not guaranteed to round-trip.
     let f = |x: f64| Value::String(x.to_string());
     let f32s = |x: f32| Value::String(x.to_string());
@@ -387,7 +414,11 @@ fn differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             for (k, va) in x {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 match y.get(k) {
                     Some(vb) => differences(va, vb, &p, out),
                     None => out.push(format!("{p}: missing in the checkpoint")),
@@ -411,7 +442,11 @@ fn bytes_to_f32(b: &[u8]) -> Vec<f32> {
 
 fn f32_to_bytes(v: &[f32], len: usize) -> Result<Vec<u8>> {
     let b: Vec<u8> = v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
-    ensure!(len <= b.len(), "trainer state: {len} bytes announced, {} stored", b.len());
+    ensure!(
+        len <= b.len(),
+        "trainer state: {len} bytes announced, {} stored",
+        b.len()
+    );
     Ok(b[..len].to_vec())
 }
 
@@ -431,7 +466,8 @@ impl Log {
         if let Some(step) = keep_until
             && path.exists()
         {
-            let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            let text =
+                fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
             for line in text.lines().filter(|l| !l.is_empty() && *l != CSV_HEADER) {
                 let row = match format {
                     LogFormat::Csv => LogRow::parse_csv(line),
@@ -493,7 +529,12 @@ pub fn train(args: &Args) -> Result<Summary> {
 fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
     let fov = parse_xyz(&args.fov).context("--fov")?;
     let deltas = parse_xyz(&args.deltas).context("--deltas")?;
-    let model = ModelConfig { depth: args.depth, features: args.features, fov, deltas };
+    let model = ModelConfig {
+        depth: args.depth,
+        features: args.features,
+        fov,
+        deltas,
+    };
     model.validate().map_err(anyhow::Error::msg)?;
     let coord_file = read_coords(&args.coords)?;
     let (volumes, norms) = load_volumes(args, &coord_file.volumes)?;
@@ -506,7 +547,11 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
         fov_moves: args.fov_moves,
         move_threshold: args.move_threshold,
         shuffle_moves: !args.no_shuffle_moves,
-        augment: AugmentConfig { reflect: !args.no_reflect, permute_xy: !args.no_permute_xy, permute_z: args.permute_z },
+        augment: AugmentConfig {
+            reflect: !args.no_reflect,
+            permute_xy: !args.no_permute_xy,
+            permute_z: args.permute_z,
+        },
         ..ExampleConfig::new(fov, deltas)
     };
     let schedule = LrSchedule {
@@ -519,29 +564,60 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
         warmup_steps: args.warmup_steps,
     };
     schedule.validate()?;
-    ensure!(args.clip >= 0.0, "--clip: expected >= 0, found {}", args.clip);
+    ensure!(
+        args.clip >= 0.0,
+        "--clip: expected >= 0, found {}",
+        args.clip
+    );
     ensure!(args.report_every >= 1, "--report-every: expected >= 1");
-    let opts = StepOptions { schedule, clip: (args.clip > 0.0).then_some(args.clip) };
-    let mut trainer = Trainer::new(dist.trainer_config(TrainerConfig::new(example, args.batch_size, args.seed)), volumes, coord_file.coords)
-        .with_context(|| format!("training data from {}", args.coords.display()))?;
+    let opts = StepOptions {
+        schedule,
+        clip: (args.clip > 0.0).then_some(args.clip),
+    };
+    let mut trainer = Trainer::new(
+        dist.trainer_config(TrainerConfig::new(example, args.batch_size, args.seed)),
+        volumes,
+        coord_file.coords,
+    )
+    .with_context(|| format!("training data from {}", args.coords.display()))?;
     let cfg_json = config_json(args, &model, &norms, n_coords);
     dist.check_config(args, &cfg_json)?;
     let ckpt_dir = args.out.join("checkpoints");
     fs::create_dir_all(&ckpt_dir).with_context(|| format!("creating {}", ckpt_dir.display()))?;
     let mut opt = make_optimizer(args);
-    let (mut net, resumed_from) = match args.resume.then(|| latest_checkpoint(&ckpt_dir)).transpose()?.flatten() {
+    let (mut net, resumed_from) = match args
+        .resume
+        .then(|| latest_checkpoint(&ckpt_dir))
+        .transpose()?
+        .flatten()
+    {
         Some(path) => {
             let ck = load_checkpoint(&path)?;
             ffn_io::checkpoint::check_architecture(&path, &model, &ck.model)?;
-            let saved_cfg = ck.training_config.get("config").cloned().unwrap_or(Value::Null);
+            let saved_cfg = ck
+                .training_config
+                .get("config")
+                .cloned()
+                .unwrap_or(Value::Null);
             let mut diffs = Vec::new();
             differences(&cfg_json, &saved_cfg, "", &mut diffs);
             if !diffs.is_empty() {
-                bail!("{}: cannot resume, the configuration changed: {}", path.display(), diffs.join("; "));
+                bail!(
+                    "{}: cannot resume, the configuration changed: {}",
+                    path.display(),
+                    diffs.join("; ")
+                );
             }
-            let state_len = ck.training_config.get("trainer_state_bytes").and_then(Value::as_u64).with_context(|| {
-                format!("{}: training_config.trainer_state_bytes missing", path.display())
-            })?;
+            let state_len = ck
+                .training_config
+                .get("trainer_state_bytes")
+                .and_then(Value::as_u64)
+                .with_context(|| {
+                    format!(
+                        "{}: training_config.trainer_state_bytes missing",
+                        path.display()
+                    )
+                })?;
             let mut opt_state = Vec::new();
             let mut state = None;
             let mut rank_states = Vec::new();
@@ -554,24 +630,52 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
                     opt_state.push((name, buf));
                 }
             }
-            let state = state.with_context(|| format!("{}: no {TRAINER_STATE} buffer", path.display()))?;
-            if !dist.restore_trainer(&mut trainer, &path, &ck.training_config, &state, &rank_states, ck.step)? {
+            let state =
+                state.with_context(|| format!("{}: no {TRAINER_STATE} buffer", path.display()))?;
+            if !dist.restore_trainer(
+                &mut trainer,
+                &path,
+                &ck.training_config,
+                &state,
+                &rank_states,
+                ck.step,
+            )? {
                 trainer
                     .load_state(&f32_to_bytes(&state, state_len as usize)?)
                     .with_context(|| format!("{}", path.display()))?;
-                ensure!(trainer.steps() == ck.step, "{}: step {} but trainer state at {}", path.display(), ck.step, trainer.steps());
+                ensure!(
+                    trainer.steps() == ck.step,
+                    "{}: step {} but trainer state at {}",
+                    path.display(),
+                    ck.step,
+                    trainer.steps()
+                );
             }
-            opt.load_state(&opt_state).with_context(|| format!("{}", path.display()))?;
+            opt.load_state(&opt_state)
+                .with_context(|| format!("{}", path.display()))?;
             (ConvStack3d::from_params(model, ck.params)?, Some(path))
         }
-        None => (ConvStack3d::new(model, args.init_stddev, &mut Rng::new(args.seed)), None),
+        None => (
+            ConvStack3d::new(model, args.init_stddev, &mut Rng::new(args.seed)),
+            None,
+        ),
     };
     let start_step = trainer.steps();
     dist.broadcast_initial(&mut net, opt.as_mut(), start_step)?;
     let (log, mut rows) = if dist.is_root() {
-        Log::open(&args.out, args.log_format, resumed_from.as_ref().map(|_| start_step))?
+        Log::open(
+            &args.out,
+            args.log_format,
+            resumed_from.as_ref().map(|_| start_step),
+        )?
     } else {
-        (Log { path: PathBuf::new(), format: args.log_format }, Vec::new())
+        (
+            Log {
+                path: PathBuf::new(),
+                format: args.log_format,
+            },
+            Vec::new(),
+        )
     };
     let curve = args.out.join("training_curve.png");
     if let Some(p) = &resumed_from
@@ -600,15 +704,21 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
                 json!({ "config": cfg_json, "trainer_state_bytes": state.len(), "distributed": distributed })
             },
         };
-        Ok(save_checkpoint_in_dir(&ckpt_dir, &ck, args.keep_checkpoints)?)
+        Ok(save_checkpoint_in_dir(
+            &ckpt_dir,
+            &ck,
+            args.keep_checkpoints,
+        )?)
     };
     let bar = if args.quiet || !dist.is_root() || start_step >= args.max_steps {
         ProgressBar::hidden()
     } else {
         let b = ProgressBar::new(args.max_steps);
         b.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} steps [{elapsed_precise}<{eta_precise}] {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} steps [{elapsed_precise}<{eta_precise}] {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         b.set_position(start_step);
         b
@@ -619,10 +729,19 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
     let mut last_ckpt = Instant::now();
     let mut checkpoint = resumed_from.clone();
     while trainer.steps() < args.max_steps
-        && !dist.agree_if(args.max_seconds > 0, || t0.elapsed().as_secs_f64() >= args.max_seconds as f64)?
+        && !dist.agree_if(args.max_seconds > 0, || {
+            t0.elapsed().as_secs_f64() >= args.max_seconds as f64
+        })?
     {
-        let r = dist.step(&mut trainer, &mut net, &mut bufs, &opts, |p, g, lr| opt.step(p, g, lr))?;
-        ensure!(r.loss.is_finite(), "step {}: loss is {} (diverged); lower --learning-rate", trainer.steps(), r.loss);
+        let r = dist.step(&mut trainer, &mut net, &mut bufs, &opts, |p, g, lr| {
+            opt.step(p, g, lr)
+        })?;
+        ensure!(
+            r.loss.is_finite(),
+            "step {}: loss is {} (diverged); lower --learning-rate",
+            trainer.steps(),
+            r.loss
+        );
         let lr = r.lr;
         window_steps += 1;
         let step = trainer.steps();
@@ -639,11 +758,15 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
                 f1: m.f1,
                 accuracy: m.accuracy,
                 examples: m.examples,
-                examples_per_s: (window_steps * (args.batch_size * dist.size()) as u64) as f64 / secs,
+                examples_per_s: (window_steps * (args.batch_size * dist.size()) as u64) as f64
+                    / secs,
                 lr: lr as f64,
                 elapsed_s: t0.elapsed().as_secs_f64(),
             };
-            bar.set_message(format!("loss {:.4} F1 {:.3} {:.2} ex/s", row.loss, row.f1, row.examples_per_s));
+            bar.set_message(format!(
+                "loss {:.4} F1 {:.3} {:.2} ex/s",
+                row.loss, row.f1, row.examples_per_s
+            ));
             if args.quiet {
                 // Nothing on the terminal.
             } else if bar.is_hidden() {
@@ -656,7 +779,9 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
             (window_t, window_steps) = (Instant::now(), 0);
         }
         let by_steps = args.checkpoint_every > 0 && step % args.checkpoint_every == 0;
-        let by_time = dist.agree_if(args.checkpoint_secs > 0, || last_ckpt.elapsed().as_secs() >= args.checkpoint_secs)?;
+        let by_time = dist.agree_if(args.checkpoint_secs > 0, || {
+            last_ckpt.elapsed().as_secs() >= args.checkpoint_secs
+        })?;
         if by_steps || by_time {
             checkpoint = Some(save(&trainer, &net, opt.as_ref())?);
             if dist.is_root() {
@@ -668,7 +793,9 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
     bar.finish_and_clear();
     let done = trainer.steps() - start_step;
     dist.check_weights(trainer.steps(), net.params(), true)?;
-    if checkpoint.as_ref().is_none_or(|p| !p.ends_with(ffn_io::checkpoint::checkpoint_file_name(trainer.steps())))
+    if checkpoint
+        .as_ref()
+        .is_none_or(|p| !p.ends_with(ffn_io::checkpoint::checkpoint_file_name(trainer.steps())))
     {
         checkpoint = Some(save(&trainer, &net, opt.as_ref())?);
     }

@@ -117,6 +117,73 @@ impl Dist {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distributed::DistArgs;
+    use ffn_comm::Communicator;
+    use ffn_comm::local::LocalComm;
+
+    /// Runs `f(rank, dist)` on `n` local ranks and returns each rank's result as text.
+    fn on_ranks(n: usize, f: impl Fn(usize, &Dist) -> Result<()> + Sync) -> Vec<std::result::Result<(), String>> {
+        let group = LocalComm::group(n).unwrap();
+        let f = &f;
+        std::thread::scope(|s| {
+            let hs: Vec<_> = group
+                .into_iter()
+                .enumerate()
+                .map(|(r, c)| {
+                    s.spawn(move || {
+                        let d = Dist::connect(&DistArgs::default(), Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>)))
+                            .map_err(|e| e.to_string())?;
+                        f(r, &d).map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    fn train_args(extra: &[&str]) -> Args {
+        let mut a: Vec<String> =
+            ["--image", "s:a.h5:image", "--labels", "s:a.h5:labels", "--coords", "c", "--out", "o"].map(String::from).to_vec();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        Args::from_strings(&a).unwrap()
+    }
+
+    #[test]
+    fn a_different_configuration_is_an_error_on_every_rank_naming_the_field() {
+        let cfg = json!({"model": {"depth": 9}, "learning_rate": "0.001"});
+        let res = on_ranks(3, |r, d| {
+            let mut c = cfg.clone();
+            if r == 2 {
+                c["learning_rate"] = json!("0.002");
+            }
+            let steps = if r == 1 { "10" } else { "20" };
+            d.check_config(&train_args(&["--max-steps", steps]), &c)
+        });
+        for (r, e) in res.iter().enumerate() {
+            let e = e.as_ref().expect_err("every rank fails");
+            assert!(e.contains("rank(s) [1, 2]") && e.contains("run.max_steps: rank 0 has 20, rank 1 has 10"), "rank {r}: {e}");
+        }
+        // The same configuration passes, with checks of the weights.
+        let ok = on_ranks(2, |_, d| {
+            d.check_config(&train_args(&[]), &cfg)?;
+            d.check_weights(100, &[1.0, 2.0], false)?;
+            d.check_weights(7, &[1.0, 2.0], true)
+        });
+        assert!(ok.iter().all(|r| r.is_ok()), "{ok:?}");
+    }
+
+    #[test]
+    fn diverged_weights_stop_every_rank() {
+        let res = on_ranks(3, |r, d| {
+            let p = if r == 1 { [1.0, 2.5] } else { [1.0, 2.0] };
+            d.check_weights(3, &p, false)?; // not a checksum step: nothing compared
+            d.check_weights(200, &p, false)
+        });
+        for e in &res {
+            let e = e.as_ref().expect_err("every rank fails");
+            assert!(e.contains("step 200") && e.contains("rank(s) [1]") && e.contains("diverged"), "{e}");
+        }
+    }
 
     #[test]
     fn differences_name_nested_fields_both_ways() {

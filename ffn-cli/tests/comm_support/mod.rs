@@ -25,7 +25,8 @@ pub struct Finished {
 /// Starts `cmd` with its output captured.
 pub fn spawn(mut cmd: Command) -> Child {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.spawn().unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"))
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"))
 }
 
 /// Waits for `child` at most `limit`; kills it and panics (naming `what`) if it is still running.
@@ -57,7 +58,10 @@ pub fn finish(mut child: Child, limit: Duration, what: &str) -> Finished {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1);
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1);
     Finished {
         code,
         stdout: t_out.join().unwrap_or_default(),
@@ -83,24 +87,43 @@ pub fn digests(stdout: &str) -> Vec<String> {
 /// The digest that the in-process `local` backend gives for the same suite: every backend must
 /// print exactly this.
 pub fn local_digest(ranks: usize, large: bool) -> String {
-    let opts = ffn_comm::conformance::SuiteOptions { large, ..ffn_comm::conformance::SuiteOptions::quick() };
-    let reports = ffn_comm::local::LocalComm::run(ranks, |c| ffn_comm::conformance::run_all(c, &opts))
-        .expect("local backend conformance");
+    let opts = ffn_comm::conformance::SuiteOptions {
+        large,
+        ..ffn_comm::conformance::SuiteOptions::quick()
+    };
+    let reports =
+        ffn_comm::local::LocalComm::run(ranks, |c| ffn_comm::conformance::run_all(c, &opts))
+            .expect("local backend conformance");
     format!("{:016x}", reports[0].digest)
 }
 
 /// Checks that a run of `ranks` ranks passed the suite on every rank with the local backend's digest.
 pub fn assert_suite_passed(f: &Finished, ranks: usize, large: bool, what: &str) {
-    assert_eq!(f.code, 0, "{what}: exit code {}; stdout:\n{}\nstderr:\n{}", f.code, f.stdout, f.stderr);
+    assert_eq!(
+        f.code, 0,
+        "{what}: exit code {}; stdout:\n{}\nstderr:\n{}",
+        f.code, f.stdout, f.stderr
+    );
     let d = digests(&f.stdout);
-    assert_eq!(d.len(), ranks, "{what}: expected one result line per rank; stdout:\n{}", f.stdout);
+    assert_eq!(
+        d.len(),
+        ranks,
+        "{what}: expected one result line per rank; stdout:\n{}",
+        f.stdout
+    );
     let want = local_digest(ranks, large);
-    assert!(d.iter().all(|x| *x == want), "{what}: digests {d:?}, local backend gives {want}");
+    assert!(
+        d.iter().all(|x| *x == want),
+        "{what}: digests {d:?}, local backend gives {want}"
+    );
 }
 
 /// A free TCP port on the loopback interface.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 /// Sends SIGKILL to `child` (the test's own child process).
@@ -110,6 +133,32 @@ pub fn kill9(child: &mut Child) {
 
 /// A unique name for per-test resources (shm segments).
 pub fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
     format!("ffn-test-{name}-{}-{nanos}", std::process::id())
+}
+
+/// Reads `child`'s stderr until a line contains `needle`; panics after `limit`. The rest of its
+/// stderr is drained in the background.
+pub fn wait_for_stderr(child: &mut Child, needle: &str, limit: Duration) {
+    use std::io::BufRead;
+    let err = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + limit;
+    let mut seen = String::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => return,
+            Ok(line) => seen.push_str(&line),
+            Err(_) => panic!("no stderr line containing {needle:?} within {limit:?}; saw: {seen}"),
+        }
+    }
 }

@@ -75,25 +75,29 @@ pub fn ok(f: &Finished, what: &str) {
     assert_eq!(f.code, 0, "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}", f.code, f.stdout, f.stderr);
 }
 
+/// One kernel thread per rank: the engine's sums depend on its thread count, so bitwise
+/// comparisons between backends need the same count everywhere (and 2 cores are shared anyway).
+const THREADS: (&str, &str) = ("RAYON_NUM_THREADS", "1");
+
 /// `ffn ARGS`.
 pub fn ffn(args: &[String]) -> Command {
     let mut c = Command::new(FFN);
-    c.args(args);
+    c.args(args).env(THREADS.0, THREADS.1);
     c
 }
 
 /// `ffn launch -n N --timeout 200 -- ARGS` (shm and zmq ranks on this host).
 pub fn launch(n: usize, args: &[String]) -> Command {
     let mut c = Command::new(FFN);
-    c.args(["launch", "-n", &n.to_string(), "--timeout", "200", "--"]).args(args);
+    c.args(["launch", "-n", &n.to_string(), "--timeout", "200", "--"]).args(args).env(THREADS.0, THREADS.1);
     c
 }
 
 /// `mpirun --allow-run-as-root --oversubscribe -n N ffn ARGS`.
 pub fn mpirun(n: usize, args: &[String]) -> Command {
     let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string(), FFN]).args(args);
-    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    c.args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string(), "-x", THREADS.0, FFN]).args(args);
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").env(THREADS.0, THREADS.1);
     c
 }
 
@@ -111,7 +115,7 @@ pub fn prepare(dir: &Path) -> Vec<String> {
     }
     s(&[
         "train", "--image", &format!("s:{h5}:image"), "--labels", &format!("s:{h5}:labels"), "--coords", &coords,
-        "--depth", "2", "--features", "4", "--fov", "7,7,7", "--optimizer", "momentum", "--learning-rate", "0.02",
+        "--depth", "2", "--features", "4", "--fov", "7,7,7", "--optimizer", "momentum", "--learning-rate", "0.01",
         "--report-every", "2", "--quiet",
     ])
 }
@@ -130,6 +134,13 @@ pub fn checkpoint(out: &Path, step: u64) -> Checkpoint {
 /// Bit patterns.
 pub fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Asserts that two parameter vectors are bitwise equal (reporting how many values differ).
+pub fn assert_bitwise(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    let n = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+    assert_eq!(n, 0, "{what}: {n} of {} values differ in some bit (relative distance {:e})", a.len(), rel_dist(a, b));
 }
 
 /// Largest |a - b| over the largest |b|: the relative distance of two parameter vectors.

@@ -56,6 +56,19 @@ impl<P: Predictor + ?Sized> Predictor for &mut P {
     }
 }
 
+/// The `convstack_3d` network predicts `seed + update` for its configured FOV.
+impl Predictor for crate::network::ConvStack3d {
+    fn fov(&self) -> [usize; 3] {
+        self.config().fov
+    }
+    fn predict(&mut self, image: &[f32], seed: &[f32], out: &mut [f32]) {
+        self.forward(image, seed, 1, out);
+    }
+    fn predict_batch(&mut self, image: &[f32], seed: &[f32], batch: usize, out: &mut [f32]) {
+        self.forward(image, seed, batch, out);
+    }
+}
+
 /// Errors of inference set-up and runs.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]

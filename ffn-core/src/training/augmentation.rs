@@ -24,21 +24,37 @@ pub struct AugmentConfig {
 impl Default for AugmentConfig {
     /// google/ffn's defaults for anisotropic data: reflections and y<->x.
     fn default() -> Self {
-        Self { reflect: true, permute_xy: true, permute_z: false }
+        Self {
+            reflect: true,
+            permute_xy: true,
+            permute_z: false,
+        }
     }
 }
 
 impl AugmentConfig {
     /// No augmentation.
-    pub const NONE: Self = Self { reflect: false, permute_xy: false, permute_z: false };
+    pub const NONE: Self = Self {
+        reflect: false,
+        permute_xy: false,
+        permute_z: false,
+    };
 
     /// Checks that the permutations are possible for a patch shape `[z, y, x]`.
     pub fn validate(&self, shape: [usize; 3]) -> Result<(), TrainingError> {
         if self.permute_z && !(shape[0] == shape[1] && shape[1] == shape[2]) {
-            return Err(invalid("augment.permute_z", "a cubic training patch", shape));
+            return Err(invalid(
+                "augment.permute_z",
+                "a cubic training patch",
+                shape,
+            ));
         }
         if self.permute_xy && shape[1] != shape[2] {
-            return Err(invalid("augment.permute_xy", "equal y and x patch sizes", shape));
+            return Err(invalid(
+                "augment.permute_xy",
+                "equal y and x patch sizes",
+                shape,
+            ));
         }
         Ok(())
     }
@@ -52,7 +68,14 @@ impl AugmentConfig {
             }
         }
         let order = if self.permute_z {
-            const ORDERS: [[u8; 3]; 6] = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+            const ORDERS: [[u8; 3]; 6] = [
+                [0, 1, 2],
+                [0, 2, 1],
+                [1, 0, 2],
+                [1, 2, 0],
+                [2, 0, 1],
+                [2, 1, 0],
+            ];
             ORDERS[rng.below(6)]
         } else if self.permute_xy && rng.next_u64() & 1 == 1 {
             [0, 2, 1]
@@ -75,7 +98,10 @@ pub struct Augmentation {
 
 impl Augmentation {
     /// The identity.
-    pub const IDENTITY: Self = Self { flip: [false; 3], order: [0, 1, 2] };
+    pub const IDENTITY: Self = Self {
+        flip: [false; 3],
+        order: [0, 1, 2],
+    };
 
     /// Packs into one integer (for saved states): bits 0-2 flips, then 2 bits per axis of `order`.
     pub fn to_bits(&self) -> u64 {
@@ -117,7 +143,11 @@ impl Augmentation {
                     let o = [i, j, k];
                     let mut idx = 0;
                     for a in 0..3 {
-                        let c = if self.flip[a] { out_shape[a] - 1 - o[a] } else { o[a] };
+                        let c = if self.flip[a] {
+                            out_shape[a] - 1 - o[a]
+                        } else {
+                            o[a]
+                        };
                         idx += c * strides[self.order[a] as usize];
                     }
                     out.push(data[idx]);
@@ -138,14 +168,23 @@ mod tests {
         let data: Vec<usize> = (0..24).collect();
         let at = |z: usize, y: usize, x: usize| (z * 3 + y) * 4 + x;
         assert_eq!(Augmentation::IDENTITY.apply(&data, src), data);
-        let fx = Augmentation { flip: [false, false, true], order: [0, 1, 2] };
+        let fx = Augmentation {
+            flip: [false, false, true],
+            order: [0, 1, 2],
+        };
         let out = fx.apply(&data, src);
         assert_eq!(out[at(1, 2, 0)], at(1, 2, 3));
-        let swap = Augmentation { flip: [false; 3], order: [0, 2, 1] };
+        let swap = Augmentation {
+            flip: [false; 3],
+            order: [0, 2, 1],
+        };
         let out = swap.apply(&data, src);
         // Output shape [2, 4, 3]: out[z][a][b] = src[z][b][a].
         assert_eq!(out[(4 + 3) * 3 + 2], at(1, 2, 3));
-        let fz = Augmentation { flip: [true, false, false], order: [0, 1, 2] };
+        let fz = Augmentation {
+            flip: [true, false, false],
+            order: [0, 1, 2],
+        };
         assert_eq!(fz.apply(&data, src)[at(0, 1, 1)], at(1, 1, 1));
     }
 
@@ -158,13 +197,24 @@ mod tests {
             assert_eq!(a.order[0], 0);
             swaps += (a.order == [0, 2, 1]) as usize;
             assert_eq!(Augmentation::from_bits(a.to_bits()), Some(a));
-            let z = AugmentConfig { permute_z: true, ..Default::default() }.draw(&mut rng);
+            let z = AugmentConfig {
+                permute_z: true,
+                ..Default::default()
+            }
+            .draw(&mut rng);
             assert_eq!(Augmentation::from_bits(z.to_bits()), Some(z));
         }
         assert!((120..280).contains(&swaps), "{swaps}");
         assert_eq!(AugmentConfig::NONE.draw(&mut rng), Augmentation::IDENTITY);
         assert!(Augmentation::from_bits(0b11_11_11 << 3).is_none());
-        assert!(AugmentConfig { permute_z: true, ..Default::default() }.validate([3, 5, 5]).is_err());
+        assert!(
+            AugmentConfig {
+                permute_z: true,
+                ..Default::default()
+            }
+            .validate([3, 5, 5])
+            .is_err()
+        );
         assert!(AugmentConfig::default().validate([3, 5, 5]).is_ok());
     }
 }

@@ -62,7 +62,10 @@ pub fn build_coordinates(
                 for x in m[2]..nx - m[2] {
                     let c = p[(z, y, x)];
                     if c != EXCLUDED {
-                        classes[c as usize].push(Coordinate { volume: v as u32, zyx: [z as u32, y as u32, x as u32] });
+                        classes[c as usize].push(Coordinate {
+                            volume: v as u32,
+                            zyx: [z as u32, y as u32, x as u32],
+                        });
                     }
                 }
             }
@@ -105,7 +108,10 @@ mod tests {
             };
         }
         p[(1, 1, 5)] = EXCLUDED;
-        let cfg = CoordinateConfig { margin: [1, 1, 1], max_per_class: None };
+        let cfg = CoordinateConfig {
+            margin: [1, 1, 1],
+            max_per_class: None,
+        };
         let coords = build_coordinates(&[p.view()], &cfg, &mut Rng::new(1)).unwrap();
         let mut per_class = BTreeMap::new();
         let mut per_voxel = BTreeMap::new();
@@ -114,7 +120,10 @@ mod tests {
             *per_class.entry(p[(z, y, x)]).or_insert(0) += 1;
             *per_voxel.entry(c.zyx).or_insert(0usize) += 1;
         }
-        assert_eq!(per_class.into_iter().collect::<Vec<_>>(), [(1, 200), (2, 200), (3, 200)]);
+        assert_eq!(
+            per_class.into_iter().collect::<Vec<_>>(),
+            [(1, 200), (2, 200), (3, 200)]
+        );
         // Class 1 has 9 voxels (one excluded): 200 = 9 * 22 + 2 -> each used 22 or 23 times.
         for x in 1..=10u32 {
             let n = per_voxel.get(&[1, 1, x]).copied().unwrap_or(0);
@@ -128,7 +137,10 @@ mod tests {
         assert!((11..=60u32).all(|x| per_voxel[&[1, 1, x]] == 4));
         assert!((61..=260u32).all(|x| per_voxel[&[1, 1, x]] == 1));
         // Shuffled: not grouped by class.
-        let first: Vec<u8> = coords[..30].iter().map(|c| p[(1, 1, c.zyx[2] as usize)]).collect();
+        let first: Vec<u8> = coords[..30]
+            .iter()
+            .map(|c| p[(1, 1, c.zyx[2] as usize)])
+            .collect();
         assert!(first.iter().any(|&c| c != first[0]));
     }
 
@@ -136,13 +148,26 @@ mod tests {
     fn several_volumes_and_cap() {
         let a = Array3::from_elem((4, 4, 4), 1u8);
         let b = Array3::from_elem((4, 4, 4), 2u8);
-        let cfg = CoordinateConfig { margin: [0, 0, 0], max_per_class: Some(10) };
+        let cfg = CoordinateConfig {
+            margin: [0, 0, 0],
+            max_per_class: Some(10),
+        };
         let coords = build_coordinates(&[a.view(), b.view()], &cfg, &mut Rng::new(2)).unwrap();
         assert_eq!(coords.len(), 20);
         assert_eq!(coords.iter().filter(|c| c.volume == 1).count(), 10);
         // Same seed, same list.
-        assert_eq!(coords, build_coordinates(&[a.view(), b.view()], &cfg, &mut Rng::new(2)).unwrap());
-        let empty = CoordinateConfig { margin: [2, 2, 2], max_per_class: None };
-        assert!(build_coordinates(&[a.view()], &empty, &mut Rng::new(2)).unwrap().is_empty());
+        assert_eq!(
+            coords,
+            build_coordinates(&[a.view(), b.view()], &cfg, &mut Rng::new(2)).unwrap()
+        );
+        let empty = CoordinateConfig {
+            margin: [2, 2, 2],
+            max_per_class: None,
+        };
+        assert!(
+            build_coordinates(&[a.view()], &empty, &mut Rng::new(2))
+                .unwrap()
+                .is_empty()
+        );
     }
 }

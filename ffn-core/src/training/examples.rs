@@ -114,7 +114,11 @@ impl ExampleConfig {
         }
         let p = self.patch_shape();
         if p.iter().product::<usize>() > 1 << 28 {
-            return Err(invalid("fov_moves", "a training patch below 2^28 voxels", p));
+            return Err(invalid(
+                "fov_moves",
+                "a training patch below 2^28 voxels",
+                p,
+            ));
         }
         self.augment.validate(p)
     }
@@ -174,7 +178,11 @@ pub fn fixed_shifts(deltas: [usize; 3]) -> Vec<[i32; 3]> {
     for dz in -1..=1i32 {
         for dy in -1..=1i32 {
             for dx in -1..=1i32 {
-                let s = [dz * deltas[0] as i32, dy * deltas[1] as i32, dx * deltas[2] as i32];
+                let s = [
+                    dz * deltas[0] as i32,
+                    dy * deltas[1] as i32,
+                    dx * deltas[2] as i32,
+                ];
                 if s != [0, 0, 0] && !out.contains(&s) {
                     out.push(s);
                 }
@@ -215,7 +223,13 @@ impl Example {
         let centre_id = ids[idx(shape, shape[0] / 2, shape[1] / 2, shape[2] / 2)];
         let soft = ids
             .iter()
-            .map(|&l| if l != 0 && l == centre_id { cfg.label_on } else { cfg.label_off })
+            .map(|&l| {
+                if l != 0 && l == centre_id {
+                    cfg.label_on
+                } else {
+                    cfg.label_off
+                }
+            })
             .collect();
         let mut canvas = vec![logit(cfg.seed_pad); n];
         canvas[idx(shape, shape[0] / 2, shape[1] / 2, shape[2] / 2)] = logit(cfg.seed_init);
@@ -229,11 +243,21 @@ impl Example {
                 order.extend(shifts);
                 Moves::Fixed { order, next: 0 }
             }
-            FovPolicy::MaxPredMoves => {
-                Moves::MaxPred { queue: VecDeque::from(vec![[0, 0, 0]]), done: Vec::new(), pending: None }
-            }
+            FovPolicy::MaxPredMoves => Moves::MaxPred {
+                queue: VecDeque::from(vec![[0, 0, 0]]),
+                done: Vec::new(),
+                pending: None,
+            },
         };
-        Self { coord, aug, shape, image: img, labels: soft, canvas, moves }
+        Self {
+            coord,
+            aug,
+            shape,
+            image: img,
+            labels: soft,
+            canvas,
+            moves,
+        }
     }
 
     /// Patch shape `[z, y, x]`.
@@ -274,10 +298,13 @@ impl Example {
         }
         let same_kind = matches!(
             (&self.moves, &moves),
-            (Moves::Fixed { .. }, Moves::Fixed { .. }) | (Moves::MaxPred { .. }, Moves::MaxPred { .. })
+            (Moves::Fixed { .. }, Moves::Fixed { .. })
+                | (Moves::MaxPred { .. }, Moves::MaxPred { .. })
         );
         if !same_kind {
-            return Err(TrainingError::BadState { reason: "FOV policy differs from the saved one".into() });
+            return Err(TrainingError::BadState {
+                reason: "FOV policy differs from the saved one".into(),
+            });
         }
         self.canvas = canvas;
         self.moves = moves;
@@ -302,7 +329,10 @@ impl Example {
     /// Validity is judged on the canvas as it is now, i.e. after earlier predictions were written back.
     pub fn next_offset(&mut self, cfg: &ExampleConfig) -> Option<[i32; 3]> {
         let threshold = logit(cfg.move_threshold);
-        if let Moves::MaxPred { pending: Some(off), .. } = self.moves {
+        if let Moves::MaxPred {
+            pending: Some(off), ..
+        } = self.moves
+        {
             let found = self.face_max_moves(cfg, off, threshold);
             if let Moves::MaxPred { queue, pending, .. } = &mut self.moves {
                 queue.extend(found);
@@ -344,7 +374,8 @@ impl Example {
     /// Face-max candidates around the prediction at `off`, best first.
     fn face_max_moves(&self, cfg: &ExampleConfig, off: [i32; 3], threshold: f32) -> Vec<[i32; 3]> {
         let f = cfg.fov;
-        let start = [0, 1, 2].map(|d| (self.shape[d] / 2) as i64 + off[d] as i64 - (f[d] / 2) as i64);
+        let start =
+            [0, 1, 2].map(|d| (self.shape[d] / 2) as i64 + off[d] as i64 - (f[d] / 2) as i64);
         let mut found: Vec<(f32, [i32; 3])> = Vec::new();
         for axis in 0..3 {
             let delta = cfg.deltas[axis];
@@ -387,7 +418,14 @@ impl Example {
 
     /// Copies the FOV at `off` into the network inputs: image, seed (canvas) and labels, each
     /// `fov_len` values.
-    pub fn fill_inputs(&self, cfg: &ExampleConfig, off: [i32; 3], image: &mut [f32], seed: &mut [f32], labels: &mut [f32]) {
+    pub fn fill_inputs(
+        &self,
+        cfg: &ExampleConfig,
+        off: [i32; 3],
+        image: &mut [f32],
+        seed: &mut [f32],
+        labels: &mut [f32],
+    ) {
         let mut k = 0;
         self.for_fov(cfg, off, |i| {
             image[k] = self.image[i];
@@ -409,7 +447,8 @@ impl Example {
     /// Calls `f` with the patch index of every FOV voxel at `off`, in `[z][y][x]` order.
     fn for_fov(&self, cfg: &ExampleConfig, off: [i32; 3], mut f: impl FnMut(usize)) {
         let fv = cfg.fov;
-        let s = [0, 1, 2].map(|d| ((self.shape[d] / 2) as i64 + off[d] as i64 - (fv[d] / 2) as i64) as usize);
+        let s = [0, 1, 2]
+            .map(|d| ((self.shape[d] / 2) as i64 + off[d] as i64 - (fv[d] / 2) as i64) as usize);
         for z in 0..fv[0] {
             for y in 0..fv[1] {
                 let row = idx(self.shape, s[0] + z, s[1] + y, s[2]);
@@ -445,7 +484,10 @@ mod tests {
     use ndarray::Array3;
 
     fn cfg() -> ExampleConfig {
-        ExampleConfig { augment: AugmentConfig::NONE, ..ExampleConfig::new([5, 5, 5], [2, 2, 2]) }
+        ExampleConfig {
+            augment: AugmentConfig::NONE,
+            ..ExampleConfig::new([5, 5, 5], [2, 2, 2])
+        }
     }
 
     /// A 13^3 volume: label 7 in the slab x < 6, label 3 elsewhere; image = x.
@@ -460,8 +502,18 @@ mod tests {
         let c = cfg();
         assert_eq!(c.patch_shape(), [9, 9, 9]);
         let (image, labels) = volume();
-        let coord = Coordinate { volume: 0, zyx: [6, 6, 4] };
-        let ex = Example::new(&c, image.view(), labels.view(), coord, Augmentation::IDENTITY, &mut Rng::new(1));
+        let coord = Coordinate {
+            volume: 0,
+            zyx: [6, 6, 4],
+        };
+        let ex = Example::new(
+            &c,
+            image.view(),
+            labels.view(),
+            coord,
+            Augmentation::IDENTITY,
+            &mut Rng::new(1),
+        );
         let s = ex.shape();
         // Patch x runs 0..9 over volume x 0..9; centre x = 4 has label 7 (x < 6): patch x < 6 is on.
         for x in 0..9 {
@@ -471,10 +523,22 @@ mod tests {
         }
         let centre = idx(s, 4, 4, 4);
         assert!((ex.canvas()[centre] - logit(0.95)).abs() < 1e-6);
-        assert!(ex.canvas().iter().enumerate().all(|(i, &v)| i == centre || (v - logit(0.05)).abs() < 1e-6));
+        assert!(
+            ex.canvas()
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| i == centre || (v - logit(0.05)).abs() < 1e-6)
+        );
         // Background centre: no object at all.
         let bg = Array3::<u64>::zeros((13, 13, 13));
-        let ex = Example::new(&c, image.view(), bg.view(), coord, Augmentation::IDENTITY, &mut Rng::new(1));
+        let ex = Example::new(
+            &c,
+            image.view(),
+            bg.view(),
+            coord,
+            Augmentation::IDENTITY,
+            &mut Rng::new(1),
+        );
         assert!(ex.labels().iter().all(|&l| l == 0.05));
         assert!(patch_fits(&c, [13, 13, 13], [4, 4, 8]));
         assert!(!patch_fits(&c, [13, 13, 13], [4, 4, 9]));
@@ -485,14 +549,26 @@ mod tests {
     fn fixed_policy_visits_valid_shifts_in_shuffled_order() {
         let c = cfg();
         let (image, labels) = volume();
-        let coord = Coordinate { volume: 0, zyx: [6, 6, 6] };
-        let mut ex = Example::new(&c, image.view(), labels.view(), coord, Augmentation::IDENTITY, &mut Rng::new(4));
+        let coord = Coordinate {
+            volume: 0,
+            zyx: [6, 6, 6],
+        };
+        let mut ex = Example::new(
+            &c,
+            image.view(),
+            labels.view(),
+            coord,
+            Augmentation::IDENTITY,
+            &mut Rng::new(4),
+        );
         // First the centre, whatever the canvas.
         assert_eq!(ex.next_offset(&c), Some([0, 0, 0]));
         // Prediction: object (logit 3) where patch x <= 4, else -3. Valid shifts: those with dx <= 0
         // (centre x 4 + dx), i.e. 17 of the 26 (9 with dx = -2, 8 with dx = 0).
         let fov = c.fov_len();
-        let logits: Vec<f32> = (0..fov).map(|i| if i % 5 <= 2 { 3.0 } else { -3.0 }).collect();
+        let logits: Vec<f32> = (0..fov)
+            .map(|i| if i % 5 <= 2 { 3.0 } else { -3.0 })
+            .collect();
         ex.write_back(&c, [0, 0, 0], &logits);
         let mut visited = Vec::new();
         while let Some(off) = ex.next_offset(&c) {
@@ -500,13 +576,24 @@ mod tests {
             visited.push(off);
         }
         assert_eq!(visited.len(), 17, "{visited:?}");
-        assert!(visited.iter().all(|o| o[2] <= 0 && o.iter().all(|v| [-2, 0, 2].contains(v))));
+        assert!(
+            visited
+                .iter()
+                .all(|o| o[2] <= 0 && o.iter().all(|v| [-2, 0, 2].contains(v)))
+        );
         let mut sorted = visited.clone();
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), 17);
         // Another seed gives another order.
-        let mut ex2 = Example::new(&c, image.view(), labels.view(), coord, Augmentation::IDENTITY, &mut Rng::new(5));
+        let mut ex2 = Example::new(
+            &c,
+            image.view(),
+            labels.view(),
+            coord,
+            Augmentation::IDENTITY,
+            &mut Rng::new(5),
+        );
         ex2.next_offset(&c);
         ex2.write_back(&c, [0, 0, 0], &logits);
         let v2: Vec<_> = core::iter::from_fn(|| ex2.next_offset(&c)).collect();
@@ -520,8 +607,18 @@ mod tests {
         // With an all-negative first prediction no shift is valid; the example ends after the centre.
         let c = cfg();
         let (image, labels) = volume();
-        let coord = Coordinate { volume: 0, zyx: [6, 6, 6] };
-        let mut ex = Example::new(&c, image.view(), labels.view(), coord, Augmentation::IDENTITY, &mut Rng::new(4));
+        let coord = Coordinate {
+            volume: 0,
+            zyx: [6, 6, 6],
+        };
+        let mut ex = Example::new(
+            &c,
+            image.view(),
+            labels.view(),
+            coord,
+            Augmentation::IDENTITY,
+            &mut Rng::new(4),
+        );
         assert_eq!(ex.next_offset(&c), Some([0, 0, 0]));
         ex.write_back(&c, [0, 0, 0], &vec![-1.0; c.fov_len()]);
         assert_eq!(ex.next_offset(&c), None);
@@ -545,10 +642,23 @@ mod tests {
 
     #[test]
     fn max_pred_policy_follows_the_mask() {
-        let c = ExampleConfig { policy: FovPolicy::MaxPredMoves, ..cfg() };
+        let c = ExampleConfig {
+            policy: FovPolicy::MaxPredMoves,
+            ..cfg()
+        };
         let (image, labels) = volume();
-        let coord = Coordinate { volume: 0, zyx: [6, 6, 6] };
-        let mut ex = Example::new(&c, image.view(), labels.view(), coord, Augmentation::IDENTITY, &mut Rng::new(4));
+        let coord = Coordinate {
+            volume: 0,
+            zyx: [6, 6, 6],
+        };
+        let mut ex = Example::new(
+            &c,
+            image.view(),
+            labels.view(),
+            coord,
+            Augmentation::IDENTITY,
+            &mut Rng::new(4),
+        );
         assert_eq!(ex.next_offset(&c), Some([0, 0, 0]));
         // Prediction: one confident voxel on the FOV's x-face at -delta (fov index z 2, y 1, x 0),
         // one below threshold on the y+ face.

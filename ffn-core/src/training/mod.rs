@@ -63,11 +63,22 @@ pub enum TrainingError {
 impl fmt::Display for TrainingError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::InvalidConfig { field, expected, found } => {
+            Self::InvalidConfig {
+                field,
+                expected,
+                found,
+            } => {
                 write!(f, "{field}: expected {expected}, found {found}")
             }
-            Self::ShapeMismatch { what, expected, found } => {
-                write!(f, "{what}: expected shape {expected:?} (z,y,x), found {found:?}")
+            Self::ShapeMismatch {
+                what,
+                expected,
+                found,
+            } => {
+                write!(
+                    f,
+                    "{what}: expected shape {expected:?} (z,y,x), found {found:?}"
+                )
             }
             Self::BadCoordinate { index, reason } => write!(f, "coordinate #{index}: {reason}"),
             Self::BadState { reason } => write!(f, "training state: {reason}"),
@@ -87,6 +98,14 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + libm::expf(-x))
 }
 
-pub(crate) fn invalid(field: &'static str, expected: impl Into<String>, found: impl fmt::Debug) -> TrainingError {
-    TrainingError::InvalidConfig { field, expected: expected.into(), found: alloc::format!("{found:?}") }
+pub(crate) fn invalid(
+    field: &'static str,
+    expected: impl Into<String>,
+    found: impl fmt::Debug,
+) -> TrainingError {
+    TrainingError::InvalidConfig {
+        field,
+        expected: expected.into(),
+        found: alloc::format!("{found:?}"),
+    }
 }

@@ -23,8 +23,9 @@ use super::{TrainingError, invalid};
 pub const EXCLUDED: u8 = 255;
 
 /// google/ffn's default thresholds.
-pub const DEFAULT_THRESHOLDS: [f32; 12] =
-    [0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9];
+pub const DEFAULT_THRESHOLDS: [f32; 12] = [
+    0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9,
+];
 
 /// google/ffn's default minimum object size (voxels); smaller objects become background.
 pub const DEFAULT_MIN_SIZE: usize = 10_000;
@@ -42,7 +43,11 @@ pub struct PartitionConfig {
 
 impl Default for PartitionConfig {
     fn default() -> Self {
-        Self { thresholds: DEFAULT_THRESHOLDS.to_vec(), lom_radius: [24, 24, 24], min_size: DEFAULT_MIN_SIZE }
+        Self {
+            thresholds: DEFAULT_THRESHOLDS.to_vec(),
+            lom_radius: [24, 24, 24],
+            min_size: DEFAULT_MIN_SIZE,
+        }
     }
 }
 
@@ -54,7 +59,11 @@ impl PartitionConfig {
             return Err(invalid("thresholds", "1 to 254 values", t.len()));
         }
         if t.iter().any(|&v| !(v > 0.0 && v <= 1.0)) || t.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(invalid("thresholds", "strictly increasing values in (0, 1]", t));
+            return Err(invalid(
+                "thresholds",
+                "strictly increasing values in (0, 1]",
+                t,
+            ));
         }
         Ok(())
     }
@@ -84,8 +93,11 @@ pub fn object_sizes(labels: ArrayView3<u64>) -> BTreeMap<u64, usize> {
 /// Sets every object with fewer than `min_size` voxels to 0; returns how many objects were removed.
 pub fn clear_dust(labels: &mut Array3<u64>, min_size: usize) -> usize {
     let sizes = object_sizes(labels.view());
-    let small: BTreeMap<u64, ()> =
-        sizes.iter().filter(|&(&l, &n)| l != 0 && n < min_size).map(|(&l, _)| (l, ())).collect();
+    let small: BTreeMap<u64, ()> = sizes
+        .iter()
+        .filter(|&(&l, &n)| l != 0 && n < min_size)
+        .map(|(&l, _)| (l, ()))
+        .collect();
     if small.is_empty() {
         return 0;
     }
@@ -99,7 +111,11 @@ pub fn clear_dust(labels: &mut Array3<u64>, min_size: usize) -> usize {
 
 /// The class of a fraction: `i + 1` for the first threshold it is below, `T + 1` above all.
 pub fn quantise(fraction: f32, thresholds: &[f32]) -> u8 {
-    thresholds.iter().position(|&t| fraction < t).unwrap_or(thresholds.len()) as u8 + 1
+    thresholds
+        .iter()
+        .position(|&t| fraction < t)
+        .unwrap_or(thresholds.len()) as u8
+        + 1
 }
 
 /// Computes the partition volume (same shape as `labels`). See the module docs for the values.
@@ -208,7 +224,13 @@ mod tests {
         for z in 0..nz {
             for y in 0..ny {
                 for x in 0..nx {
-                    if z < r[0] || z + r[0] >= nz || y < r[1] || y + r[1] >= ny || x < r[2] || x + r[2] >= nx {
+                    if z < r[0]
+                        || z + r[0] >= nz
+                        || y < r[1]
+                        || y + r[1] >= ny
+                        || x < r[2]
+                        || x + r[2] >= nx
+                    {
                         continue;
                     }
                     let l = labels[(z, y, x)];
@@ -245,13 +267,20 @@ mod tests {
             1 => 2,
             _ => 3,
         });
-        let cfg = PartitionConfig { lom_radius: [1, 1, 1], min_size: 0, ..Default::default() };
+        let cfg = PartitionConfig {
+            lom_radius: [1, 1, 1],
+            min_size: 0,
+            ..Default::default()
+        };
         let p = compute_partitions(labels.view(), &cfg).unwrap();
         assert_eq!(p[(1, 1, 1)], 7);
         assert_eq!(p[(1, 1, 2)], 10);
         assert_eq!(p.iter().filter(|&&v| v == EXCLUDED).count(), 36 - 2);
         // With min_size 10, label 1 (9 voxels) is dust; label 2 (9 voxels) too: (1,1,1) becomes 0.
-        let cfg = PartitionConfig { min_size: 10, ..cfg };
+        let cfg = PartitionConfig {
+            min_size: 10,
+            ..cfg
+        };
         let p = compute_partitions(labels.view(), &cfg).unwrap();
         assert_eq!(p[(1, 1, 1)], 0);
         assert_eq!(p[(1, 1, 2)], 10);
@@ -263,7 +292,10 @@ mod tests {
         assert_eq!(quantise(0.025, &DEFAULT_THRESHOLDS), 2);
         assert_eq!(quantise(0.95, &DEFAULT_THRESHOLDS), 13);
         assert_eq!(quantise(1.0, &DEFAULT_THRESHOLDS), 13);
-        let cfg = PartitionConfig { thresholds: vec![0.5, 0.2], ..Default::default() };
+        let cfg = PartitionConfig {
+            thresholds: vec![0.5, 0.2],
+            ..Default::default()
+        };
         assert!(compute_partitions(Array3::zeros((3, 3, 3)).view(), &cfg).is_err());
     }
 
@@ -279,10 +311,23 @@ mod tests {
             let p = (rng.below(9), rng.below(11), rng.below(13));
             labels[p] = rng.below(6) as u64;
         }
-        for (r, min_size) in [([1, 2, 3], 0), ([2, 1, 1], 30), ([0, 0, 0], 0), ([4, 5, 6], 0)] {
-            let cfg = PartitionConfig { lom_radius: r, min_size, ..Default::default() };
+        for (r, min_size) in [
+            ([1, 2, 3], 0),
+            ([2, 1, 1], 30),
+            ([0, 0, 0], 0),
+            ([4, 5, 6], 0),
+        ] {
+            let cfg = PartitionConfig {
+                lom_radius: r,
+                min_size,
+                ..Default::default()
+            };
             let fast = compute_partitions(labels.view(), &cfg).unwrap();
-            assert_eq!(fast, brute(&labels, &cfg), "radius {r:?} min_size {min_size}");
+            assert_eq!(
+                fast,
+                brute(&labels, &cfg),
+                "radius {r:?} min_size {min_size}"
+            );
         }
     }
 

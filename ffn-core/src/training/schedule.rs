@@ -29,7 +29,11 @@ pub struct Decay {
 impl LrSchedule {
     /// A constant rate.
     pub fn constant(lr: f32) -> Self {
-        Self { lr, decay: None, warmup_steps: 0 }
+        Self {
+            lr,
+            decay: None,
+            warmup_steps: 0,
+        }
     }
 
     /// Checks the fields.
@@ -53,7 +57,11 @@ impl LrSchedule {
         let mut lr = self.lr as f64;
         if let Some(d) = self.decay {
             let periods = step as f64 / d.steps as f64;
-            let periods = if d.staircase { libm::floor(periods) } else { periods };
+            let periods = if d.staircase {
+                libm::floor(periods)
+            } else {
+                periods
+            };
             lr *= libm::pow(d.rate as f64, periods);
         }
         if step < self.warmup_steps {
@@ -72,17 +80,43 @@ mod tests {
         assert_eq!(LrSchedule::constant(0.001).at(12345), 0.001);
         let s = LrSchedule {
             lr: 1.0,
-            decay: Some(Decay { rate: 0.5, steps: 10, staircase: true }),
+            decay: Some(Decay {
+                rate: 0.5,
+                steps: 10,
+                staircase: true,
+            }),
             warmup_steps: 0,
         };
         assert_eq!(s.at(9), 1.0);
         assert_eq!(s.at(10), 0.5);
         assert_eq!(s.at(25), 0.25);
-        let smooth = LrSchedule { decay: Some(Decay { rate: 0.5, steps: 10, staircase: false }), ..s };
+        let smooth = LrSchedule {
+            decay: Some(Decay {
+                rate: 0.5,
+                steps: 10,
+                staircase: false,
+            }),
+            ..s
+        };
         assert!((smooth.at(5) - 0.5f32.sqrt()).abs() < 1e-6);
-        let w = LrSchedule { lr: 0.4, decay: None, warmup_steps: 4 };
+        let w = LrSchedule {
+            lr: 0.4,
+            decay: None,
+            warmup_steps: 4,
+        };
         assert_eq!([w.at(0), w.at(1), w.at(3), w.at(4)], [0.1, 0.2, 0.4, 0.4]);
         assert!(LrSchedule::constant(0.0).validate().is_err());
-        assert!(LrSchedule { decay: Some(Decay { rate: 0.5, steps: 0, staircase: true }), ..w }.validate().is_err());
+        assert!(
+            LrSchedule {
+                decay: Some(Decay {
+                    rate: 0.5,
+                    steps: 0,
+                    staircase: true
+                }),
+                ..w
+            }
+            .validate()
+            .is_err()
+        );
     }
 }

@@ -60,7 +60,10 @@ impl StepBuffers {
     /// Buffers for a network and a trainer.
     pub fn new(net: &ConvStack3d, trainer: &Trainer) -> Self {
         let n = trainer.config().batch_size * trainer.config().example.fov_len();
-        Self { grads: vec![0.0; net.params().len()], logits: vec![0.0; n] }
+        Self {
+            grads: vec![0.0; net.params().len()],
+            logits: vec![0.0; n],
+        }
     }
 }
 
@@ -104,7 +107,10 @@ pub fn train_step<R: GradientReducer>(
 ) -> Result<StepReport, StepError<R::Error>> {
     let fov = trainer.config().example.fov_len();
     let batch = trainer.config().batch_size;
-    if net.fov_voxels() != fov || bufs.logits.len() != batch * fov || bufs.grads.len() != net.params().len() {
+    if net.fov_voxels() != fov
+        || bufs.logits.len() != batch * fov
+        || bufs.grads.len() != net.params().len()
+    {
         return Err(StepError::Training(super::invalid(
             "network",
             alloc::format!("FOV of {fov} voxels and buffers for batch {batch}"),
@@ -114,13 +120,24 @@ pub fn train_step<R: GradientReducer>(
     let lr = opts.schedule.at(trainer.steps());
     trainer.prepare_batch();
     let inp = trainer.inputs();
-    let mut loss = net.forward_backward(inp.image, inp.seed, inp.labels, inp.batch, &mut bufs.logits, &mut bufs.grads);
-    reducer.reduce(&mut bufs.grads, &mut loss).map_err(StepError::Reduce)?;
+    let mut loss = net.forward_backward(
+        inp.image,
+        inp.seed,
+        inp.labels,
+        inp.batch,
+        &mut bufs.logits,
+        &mut bufs.grads,
+    );
+    reducer
+        .reduce(&mut bufs.grads, &mut loss)
+        .map_err(StepError::Reduce)?;
     if let Some(c) = opts.clip {
         crate::optim::clip_by_value(&mut bufs.grads, c);
     }
     apply(net.params_mut(), &bufs.grads, lr);
-    trainer.complete_batch(&bufs.logits, loss).map_err(StepError::Training)?;
+    trainer
+        .complete_batch(&bufs.logits, loss)
+        .map_err(StepError::Training)?;
     Ok(StepReport { loss, lr })
 }
 
@@ -137,15 +154,38 @@ mod tests {
     use crate::training::trainer::{TrainerConfig, TrainingVolume};
 
     fn setup() -> (Trainer, ConvStack3d) {
-        let v = generate(&SynthConfig { shape: [20, 20, 20], neurites: 5, ..SynthConfig::default() }).unwrap();
+        let v = generate(&SynthConfig {
+            shape: [20, 20, 20],
+            neurites: 5,
+            ..SynthConfig::default()
+        })
+        .unwrap();
         let image = v.image.mapv(|g| (g as f32 - 128.0) / 33.0);
-        let vols = vec![TrainingVolume { name: "s".into(), image, labels: v.labels }];
-        let coords: Vec<Coordinate> =
-            (5..15).flat_map(|z| (5..15).map(move |x| Coordinate { volume: 0, zyx: [z, 10, x] })).collect();
+        let vols = vec![TrainingVolume {
+            name: "s".into(),
+            image,
+            labels: v.labels,
+        }];
+        let coords: Vec<Coordinate> = (5..15)
+            .flat_map(|z| {
+                (5..15).map(move |x| Coordinate {
+                    volume: 0,
+                    zyx: [z, 10, x],
+                })
+            })
+            .collect();
         let mut coords = coords;
         Rng::new(4).shuffle(&mut coords);
-        let model = ModelConfig { depth: 2, features: 4, fov: [5, 5, 5], deltas: [2, 2, 2] };
-        let ex = ExampleConfig { augment: AugmentConfig::default(), ..ExampleConfig::new(model.fov, model.deltas) };
+        let model = ModelConfig {
+            depth: 2,
+            features: 4,
+            fov: [5, 5, 5],
+            deltas: [2, 2, 2],
+        };
+        let ex = ExampleConfig {
+            augment: AugmentConfig::default(),
+            ..ExampleConfig::new(model.fov, model.deltas)
+        };
         let trainer = Trainer::new(TrainerConfig::new(ex, 2, 11), vols, coords).unwrap();
         let net = ConvStack3d::new(model, 0.05, &mut Rng::new(1));
         (trainer, net)
@@ -158,17 +198,36 @@ mod tests {
 
     #[test]
     fn resumed_run_matches_uninterrupted_run_bitwise() {
-        let opts = StepOptions { schedule: LrSchedule::constant(0.01), clip: Some(0.7) };
+        let opts = StepOptions {
+            schedule: LrSchedule::constant(0.01),
+            clip: Some(0.7),
+        };
         let (mut t, mut net) = setup();
         let mut bufs = StepBuffers::new(&net, &t);
         let mut vel = Momentum::new(0.9);
         for _ in 0..12 {
-            train_step(&mut t, &mut net, &mut bufs, &opts, &mut NoReduce, momentum(&mut vel)).unwrap();
+            train_step(
+                &mut t,
+                &mut net,
+                &mut bufs,
+                &opts,
+                &mut NoReduce,
+                momentum(&mut vel),
+            )
+            .unwrap();
         }
         let (mut a, mut net_a) = setup();
         let mut vel_a = Momentum::new(0.9);
         for _ in 0..6 {
-            train_step(&mut a, &mut net_a, &mut bufs, &opts, &mut NoReduce, momentum(&mut vel_a)).unwrap();
+            train_step(
+                &mut a,
+                &mut net_a,
+                &mut bufs,
+                &opts,
+                &mut NoReduce,
+                momentum(&mut vel_a),
+            )
+            .unwrap();
         }
         // "Checkpoint": parameters, optimiser state, trainer state; restore into fresh objects.
         let (params, state) = (net_a.params().to_vec(), a.save_state());
@@ -178,7 +237,15 @@ mod tests {
         let mut vel_b = Momentum::new(0.9);
         vel_b.load_state(&vel_a.state()).unwrap();
         for _ in 0..6 {
-            train_step(&mut b, &mut net_b, &mut bufs, &opts, &mut NoReduce, momentum(&mut vel_b)).unwrap();
+            train_step(
+                &mut b,
+                &mut net_b,
+                &mut bufs,
+                &opts,
+                &mut NoReduce,
+                momentum(&mut vel_b),
+            )
+            .unwrap();
         }
         assert_eq!(b.steps(), 12);
         let bits = |p: &[f32]| p.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
@@ -206,7 +273,10 @@ mod tests {
         }
         let (mut t, mut net) = setup();
         let mut bufs = StepBuffers::new(&net, &t);
-        let opts = StepOptions { schedule: LrSchedule::constant(0.01), clip: None };
+        let opts = StepOptions {
+            schedule: LrSchedule::constant(0.01),
+            clip: None,
+        };
         let mut h = Halve(0);
         let r = train_step(&mut t, &mut net, &mut bufs, &opts, &mut h, |_, _, _| {}).unwrap();
         assert!(r.loss > 0.0 && r.lr == 0.01);

@@ -74,9 +74,17 @@ impl Tracker {
     pub fn metrics(&self) -> Metrics {
         let precision = ratio(self.tp, self.tp + self.fp);
         let recall = ratio(self.tp, self.tp + self.fn_);
-        let f1 = if precision + recall > 0.0 { 2.0 * precision * recall / (precision + recall) } else { 0.0 };
+        let f1 = if precision + recall > 0.0 {
+            2.0 * precision * recall / (precision + recall)
+        } else {
+            0.0
+        };
         Metrics {
-            loss: if self.steps == 0 { 0.0 } else { self.loss_sum / self.steps as f64 },
+            loss: if self.steps == 0 {
+                0.0
+            } else {
+                self.loss_sum / self.steps as f64
+            },
             precision,
             recall,
             f1,

@@ -20,10 +20,10 @@ use alloc::vec::Vec;
 
 use ndarray::Array3;
 
+use super::augmentation::Augmentation;
 use super::coordinates::Coordinate;
 use super::examples::{Example, ExampleConfig, FovPolicy, Moves, patch_fits};
 use super::tracker::{Metrics, Tracker};
-use super::augmentation::Augmentation;
 use super::{TrainingError, invalid};
 use crate::rng::Rng;
 
@@ -56,7 +56,13 @@ pub struct TrainerConfig {
 impl TrainerConfig {
     /// A single-replica configuration.
     pub fn new(example: ExampleConfig, batch_size: usize, seed: u64) -> Self {
-        Self { example, batch_size, seed, coord_offset: 0, coord_stride: 1 }
+        Self {
+            example,
+            batch_size,
+            seed,
+            coord_offset: 0,
+            coord_stride: 1,
+        }
     }
 }
 
@@ -131,7 +137,11 @@ impl Trainer {
             let Some(v) = volumes.get(c.volume as usize) else {
                 return Err(TrainingError::BadCoordinate {
                     index: i,
-                    reason: format!("volume index {} but only {} volumes given", c.volume, volumes.len()),
+                    reason: format!(
+                        "volume index {} but only {} volumes given",
+                        c.volume,
+                        volumes.len()
+                    ),
                 });
             };
             let d = v.image.dim();
@@ -153,7 +163,10 @@ impl Trainer {
             }
         }
         let gens = (0..cfg.batch_size)
-            .map(|i| Generator { rng: Rng::with_stream(cfg.seed, Self::stream(&cfg, i)), example: None })
+            .map(|i| Generator {
+                rng: Rng::with_stream(cfg.seed, Self::stream(&cfg, i)),
+                example: None,
+            })
             .collect();
         let n = cfg.batch_size * cfg.example.fov_len();
         Ok(Self {
@@ -195,7 +208,9 @@ impl Trainer {
     /// RNG stream of generator `i`: its index among all replicas' generators (`i * stride + offset`),
     /// so that `n` replicas of batch `b` draw what one replica of batch `n * b` draws.
     fn stream(cfg: &TrainerConfig, i: usize) -> u64 {
-        (i as u64).wrapping_mul(cfg.coord_stride).wrapping_add(cfg.coord_offset)
+        (i as u64)
+            .wrapping_mul(cfg.coord_stride)
+            .wrapping_add(cfg.coord_offset)
     }
 
     /// Continues at `step` with fresh examples, reading coordinates from `cursor` on, with RNG
@@ -204,7 +219,10 @@ impl Trainer {
     pub fn restart_at(&mut self, step: u64, cursor: u64) {
         let seed = self.cfg.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         for (i, g) in self.gens.iter_mut().enumerate() {
-            *g = Generator { rng: Rng::with_stream(seed, Self::stream(&self.cfg, i)), example: None };
+            *g = Generator {
+                rng: Rng::with_stream(seed, Self::stream(&self.cfg, i)),
+                example: None,
+            };
         }
         self.step = step;
         self.cursor = cursor;
@@ -214,13 +232,24 @@ impl Trainer {
 
     fn start_example(&mut self, g: usize) {
         let n = self.coords.len() as u64;
-        let index = (self.cursor.wrapping_mul(self.cfg.coord_stride).wrapping_add(self.cfg.coord_offset)) % n;
+        let index = (self
+            .cursor
+            .wrapping_mul(self.cfg.coord_stride)
+            .wrapping_add(self.cfg.coord_offset))
+            % n;
         self.cursor += 1;
         let coord = self.coords[index as usize];
         let gen_ = &mut self.gens[g];
         let aug = self.cfg.example.augment.draw(&mut gen_.rng);
         let v = &self.volumes[coord.volume as usize];
-        let ex = Example::new(&self.cfg.example, v.image.view(), v.labels.view(), coord, aug, &mut gen_.rng);
+        let ex = Example::new(
+            &self.cfg.example,
+            v.image.view(),
+            v.labels.view(),
+            coord,
+            aug,
+            &mut gen_.rng,
+        );
         gen_.example = Some((index, ex));
     }
 
@@ -237,7 +266,9 @@ impl Trainer {
                     self.start_example(g);
                 }
                 // Just ensured above.
-                let Some((_, ex)) = self.gens[g].example.as_mut() else { continue };
+                let Some((_, ex)) = self.gens[g].example.as_mut() else {
+                    continue;
+                };
                 match ex.next_offset(&self.cfg.example) {
                     Some(off) => break off,
                     None => {
@@ -264,7 +295,12 @@ impl Trainer {
 
     /// The inputs of the prepared batch (prepare it first).
     pub fn inputs(&self) -> BatchInputs<'_> {
-        BatchInputs { image: &self.image, seed: &self.seed, labels: &self.labels, batch: self.cfg.batch_size }
+        BatchInputs {
+            image: &self.image,
+            seed: &self.seed,
+            labels: &self.labels,
+            batch: self.cfg.batch_size,
+        }
     }
 
     /// Writes the batch's predicted logits back into the canvases and records the step's loss.
@@ -272,14 +308,22 @@ impl Trainer {
     pub fn complete_batch(&mut self, logits: &[f32], loss: f32) -> Result<(), TrainingError> {
         let fov = self.cfg.example.fov_len();
         if logits.len() != self.cfg.batch_size * fov {
-            return Err(invalid("logits", format!("{} values", self.cfg.batch_size * fov), logits.len()));
+            return Err(invalid(
+                "logits",
+                format!("{} values", self.cfg.batch_size * fov),
+                logits.len(),
+            ));
         }
         if !self.prepared {
             return Err(invalid("batch", "a prepared batch", "none"));
         }
         for (g, gen_) in self.gens.iter_mut().enumerate() {
             if let Some((_, ex)) = &mut gen_.example {
-                ex.write_back(&self.cfg.example, self.offsets[g], &logits[g * fov..(g + 1) * fov]);
+                ex.write_back(
+                    &self.cfg.example,
+                    self.offsets[g],
+                    &logits[g * fov..(g + 1) * fov],
+                );
             }
         }
         self.tracker.add_loss(loss);
@@ -295,7 +339,13 @@ impl Trainer {
         run: impl FnOnce(&[f32], &[f32], &[f32], usize, &mut [f32]) -> f32,
     ) -> Result<f32, TrainingError> {
         self.prepare_batch();
-        let loss = run(&self.image, &self.seed, &self.labels, self.cfg.batch_size, logits);
+        let loss = run(
+            &self.image,
+            &self.seed,
+            &self.labels,
+            self.cfg.batch_size,
+            logits,
+        );
         self.complete_batch(logits, loss)?;
         Ok(loss)
     }
@@ -318,7 +368,15 @@ impl Trainer {
         w.u64(self.step);
         w.u64(self.cursor);
         let t = &self.tracker;
-        for v in [t.tp, t.fp, t.tn, t.fn_, t.loss_sum.to_bits(), t.steps, t.examples] {
+        for v in [
+            t.tp,
+            t.fp,
+            t.tn,
+            t.fn_,
+            t.loss_sum.to_bits(),
+            t.steps,
+            t.examples,
+        ] {
             w.u64(v);
         }
         for g in &self.gens {
@@ -341,7 +399,11 @@ impl Trainer {
                             w.offsets(order);
                             w.u64(*next as u64);
                         }
-                        Moves::MaxPred { queue, done, pending } => {
+                        Moves::MaxPred {
+                            queue,
+                            done,
+                            pending,
+                        } => {
                             w.u64(1);
                             w.offsets(&queue.iter().copied().collect::<Vec<_>>());
                             w.offsets(done);
@@ -376,7 +438,9 @@ impl Trainer {
     pub fn load_state(&mut self, bytes: &[u8]) -> Result<(), TrainingError> {
         let mut r = Reader { b: bytes, pos: 0 };
         if r.take(8)? != MAGIC {
-            return Err(TrainingError::BadState { reason: "not a trainer state (bad magic)".into() });
+            return Err(TrainingError::BadState {
+                reason: "not a trainer state (bad magic)".into(),
+            });
         }
         let mut expected = Writer(Vec::new());
         self.write_fingerprint(&mut expected);
@@ -412,15 +476,22 @@ impl Trainer {
                 0 => None,
                 1 => {
                     let index = r.u64()?;
-                    let coord = *self.coords.get(index as usize).ok_or_else(|| TrainingError::BadState {
-                        reason: format!("coordinate index {index} out of range"),
+                    let coord = *self.coords.get(index as usize).ok_or_else(|| {
+                        TrainingError::BadState {
+                            reason: format!("coordinate index {index} out of range"),
+                        }
                     })?;
-                    let aug = Augmentation::from_bits(r.u64()?)
-                        .ok_or_else(|| TrainingError::BadState { reason: "bad augmentation".into() })?;
+                    let aug = Augmentation::from_bits(r.u64()?).ok_or_else(|| {
+                        TrainingError::BadState {
+                            reason: "bad augmentation".into(),
+                        }
+                    })?;
                     let n = r.u64()? as usize;
                     let raw = r.take(n.checked_mul(4).ok_or_else(|| r.truncated())?)?;
-                    let canvas =
-                        raw.chunks_exact(4).map(|c| f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect();
+                    let canvas = raw
+                        .chunks_exact(4)
+                        .map(|c| f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                        .collect();
                     let moves = match r.u64()? {
                         0 => {
                             let order = r.offsets()?;
@@ -434,26 +505,48 @@ impl Trainer {
                                 0 => None,
                                 _ => r.offsets()?.first().copied(),
                             };
-                            Moves::MaxPred { queue, done, pending }
+                            Moves::MaxPred {
+                                queue,
+                                done,
+                                pending,
+                            }
                         }
-                        k => return Err(TrainingError::BadState { reason: format!("unknown move kind {k}") }),
+                        k => {
+                            return Err(TrainingError::BadState {
+                                reason: format!("unknown move kind {k}"),
+                            });
+                        }
                     };
-                    let v = self.volumes.get(coord.volume as usize).ok_or_else(|| TrainingError::BadState {
-                        reason: format!("volume index {} out of range", coord.volume),
+                    let v = self.volumes.get(coord.volume as usize).ok_or_else(|| {
+                        TrainingError::BadState {
+                            reason: format!("volume index {} out of range", coord.volume),
+                        }
                     })?;
                     // The RNG passed here is only used for the move order, which is then replaced.
                     let mut scratch = Rng::new(0);
-                    let mut ex =
-                        Example::new(&self.cfg.example, v.image.view(), v.labels.view(), coord, aug, &mut scratch);
+                    let mut ex = Example::new(
+                        &self.cfg.example,
+                        v.image.view(),
+                        v.labels.view(),
+                        coord,
+                        aug,
+                        &mut scratch,
+                    );
                     ex.restore(canvas, moves)?;
                     Some((index, ex))
                 }
-                k => return Err(TrainingError::BadState { reason: format!("bad example flag {k}") }),
+                k => {
+                    return Err(TrainingError::BadState {
+                        reason: format!("bad example flag {k}"),
+                    });
+                }
             };
             gens.push(Generator { rng, example });
         }
         if r.pos != bytes.len() {
-            return Err(TrainingError::BadState { reason: format!("{} trailing bytes", bytes.len() - r.pos) });
+            return Err(TrainingError::BadState {
+                reason: format!("{} trailing bytes", bytes.len() - r.pos),
+            });
         }
         self.step = step;
         self.cursor = cursor;
@@ -488,11 +581,17 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn truncated(&self) -> TrainingError {
-        TrainingError::BadState { reason: format!("truncated at byte {}", self.pos) }
+        TrainingError::BadState {
+            reason: format!("truncated at byte {}", self.pos),
+        }
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], TrainingError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.b.len()).ok_or_else(|| self.truncated())?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or_else(|| self.truncated())?;
         let s = &self.b[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -524,13 +623,28 @@ mod tests {
     use crate::training::augmentation::AugmentConfig;
 
     fn setup(batch: usize) -> Trainer {
-        let image = Array3::from_shape_fn((15, 15, 16), |(z, y, x)| ((z * 7 + y * 3 + x) % 11) as f32 / 11.0);
-        let labels = Array3::from_shape_fn((15, 15, 16), |(z, y, x)| ((x + y / 2 + z / 3) / 4) as u64);
-        let volumes = vec![TrainingVolume { name: "a".into(), image, labels }];
+        let image = Array3::from_shape_fn((15, 15, 16), |(z, y, x)| {
+            ((z * 7 + y * 3 + x) % 11) as f32 / 11.0
+        });
+        let labels =
+            Array3::from_shape_fn((15, 15, 16), |(z, y, x)| ((x + y / 2 + z / 3) / 4) as u64);
+        let volumes = vec![TrainingVolume {
+            name: "a".into(),
+            image,
+            labels,
+        }];
         let coords: Vec<Coordinate> = (4..11)
-            .flat_map(|z| (4..12).map(move |x| Coordinate { volume: 0, zyx: [z, 7, x] }))
+            .flat_map(|z| {
+                (4..12).map(move |x| Coordinate {
+                    volume: 0,
+                    zyx: [z, 7, x],
+                })
+            })
             .collect();
-        let ex = ExampleConfig { augment: AugmentConfig::default(), ..ExampleConfig::new([5, 5, 5], [2, 2, 2]) };
+        let ex = ExampleConfig {
+            augment: AugmentConfig::default(),
+            ..ExampleConfig::new([5, 5, 5], [2, 2, 2])
+        };
         Trainer::new(TrainerConfig::new(ex, batch, 9), volumes, coords).unwrap()
     }
 
@@ -577,11 +691,21 @@ mod tests {
         let mut other = setup(3);
         assert!(other.load_state(&s).is_err());
         let ex = ExampleConfig::new([5, 5, 5], [2, 2, 2]);
-        let vol = TrainingVolume { name: "v".into(), image: Array3::zeros((9, 9, 9)), labels: Array3::zeros((9, 9, 9)) };
-        let bad = vec![Coordinate { volume: 0, zyx: [3, 4, 4] }];
+        let vol = TrainingVolume {
+            name: "v".into(),
+            image: Array3::zeros((9, 9, 9)),
+            labels: Array3::zeros((9, 9, 9)),
+        };
+        let bad = vec![Coordinate {
+            volume: 0,
+            zyx: [3, 4, 4],
+        }];
         let e = Trainer::new(TrainerConfig::new(ex, 1, 0), vec![vol.clone()], bad).unwrap_err();
         assert!(e.to_string().contains("does not fit"), "{e}");
-        let bad = vec![Coordinate { volume: 1, zyx: [4, 4, 4] }];
+        let bad = vec![Coordinate {
+            volume: 1,
+            zyx: [4, 4, 4],
+        }];
         assert!(Trainer::new(TrainerConfig::new(ex, 1, 0), vec![vol], bad).is_err());
         assert!(t.complete_batch(&[0.0; 3], 0.0).is_err());
     }
