@@ -72,7 +72,7 @@ fn a_dead_rank_aborts_the_job() {
 }
 
 #[test]
-fn a_stalled_rank_trips_the_watchdog_which_names_the_waiting_rank() {
+fn a_stalled_rank_trips_the_watchdog_which_names_a_waiting_rank() {
     let args = [
         "comm-selftest",
         "--backend",
@@ -87,9 +87,10 @@ fn a_stalled_rank_trips_the_watchdog_which_names_the_waiting_rank() {
     let f = run(mpirun(3, &args), LIMIT, "stalled rank");
     assert_ne!(f.code, 0);
     let all = format!("{}{}", f.stdout, f.stderr);
-    assert!(
-        all.contains("rank 0: MPI allreduce did not finish within 3.0 s"),
-        "{all}"
-    );
+    // Ranks 0 and 1 wait for the stalled rank 2; whichever watchdog fires first ends the job.
+    let named = ["rank 0", "rank 1"]
+        .iter()
+        .any(|r| all.contains(&format!("{r}: MPI allreduce did not finish within 3.0 s")));
+    assert!(named, "{all}");
     assert!(f.elapsed < Duration::from_secs(30), "took {:?}", f.elapsed);
 }

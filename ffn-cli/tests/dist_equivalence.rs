@@ -14,7 +14,7 @@ const STEPS: u64 = 4;
 const BATCH: usize = 2;
 
 fn common(dir: &Path) -> Vec<String> {
-    with(&prepare(dir), &["--deltas", "0,0,0", "--max-steps", &STEPS.to_string(), "--lr-scaling", "none"])
+    with(&set(&prepare(dir), "--deltas", "0,0,0"), &["--max-steps", &STEPS.to_string(), "--lr-scaling", "none"])
 }
 
 /// One rank with batch n*b: the reference.

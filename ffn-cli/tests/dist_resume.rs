@@ -9,7 +9,7 @@ use std::path::Path;
 
 fn common(dir: &Path) -> Vec<String> {
     // Deltas 2: examples span several steps, so the per-rank example states matter on resume.
-    with(&prepare(dir), &["--deltas", "2,2,2", "--batch-size", "2", "--checkpoint-every", "3"])
+    with(&prepare(dir), &["--batch-size", "2", "--checkpoint-every", "3"])
 }
 
 fn train(base: &[String], out: &str, extra: &[&str]) -> Finished {

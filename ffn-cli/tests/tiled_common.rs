@@ -23,7 +23,12 @@ pub fn ffn(args: &[&str]) -> Output {
 
 /// Starts a process (stdout and stderr piped unless set) while no HDF5 file is open in this one.
 pub fn spawn(cmd: &mut Command) -> std::process::Child {
-    h5(|| cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("starting a process"))
+    h5(|| {
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting a process")
+    })
 }
 
 pub fn ok(args: &[&str]) -> String {
@@ -61,7 +66,8 @@ pub fn boxes(shape: [usize; 3], min_side: usize, seed: u64) -> Array3<u64> {
             continue;
         }
         next += 1;
-        out.slice_mut(ndarray::s![lo[0]..hi[0], lo[1]..hi[1], lo[2]..hi[2]]).fill(next);
+        out.slice_mut(ndarray::s![lo[0]..hi[0], lo[1]..hi[1], lo[2]..hi[2]])
+            .fill(next);
     }
     out
 }
@@ -109,8 +115,13 @@ pub fn canonical(v: &Array3<u64>) -> Vec<u64> {
 pub fn arand(truth: &Array3<u64>, test: &Array3<u64>) -> f64 {
     let t: Vec<u64> = truth.iter().copied().collect();
     let x: Vec<u64> = test.iter().copied().collect();
-    let opts = ffn_core::metrics::MetricOptions { ignore_truth_zero: false, ..Default::default() };
-    ffn_core::metrics::evaluate(&t, &x, &opts).unwrap().adapted_rand_error
+    let opts = ffn_core::metrics::MetricOptions {
+        ignore_truth_zero: false,
+        ..Default::default()
+    };
+    ffn_core::metrics::evaluate(&t, &x, &opts)
+        .unwrap()
+        .adapted_rand_error
 }
 
 /// The number in `computed N tiles` of every rank's summary line.

@@ -5,8 +5,19 @@ mod tiled_common;
 use tiled_common::*;
 
 fn tiled_args<'a>(img: &'a str, out: &'a str, store: &'a str, backend: &'a str) -> Vec<&'a str> {
-    let mut args =
-        vec!["infer-tiled", "--image", img, "--out", out, "--tile-size", "16", "--tile-store", store, "--backend", backend];
+    let mut args = vec![
+        "infer-tiled",
+        "--image",
+        img,
+        "--out",
+        out,
+        "--tile-size",
+        "16",
+        "--tile-store",
+        store,
+        "--backend",
+        backend,
+    ];
     args.extend(ORACLE);
     args
 }
@@ -28,13 +39,28 @@ fn two_and_three_shm_ranks_match_one_rank() {
     for n in [2usize, 3] {
         let out = format!("{h5}:shm{n}");
         let store = s(&dir.path().join(format!("t_shm{n}")));
-        let mut args = vec!["launch".to_string(), "-n".into(), n.to_string(), "--timeout".into(), "300".into(), "--".into()];
-        args.extend(tiled_args(&img, &out, &store, "shm").into_iter().map(String::from));
+        let mut args = vec![
+            "launch".to_string(),
+            "-n".into(),
+            n.to_string(),
+            "--timeout".into(),
+            "300".into(),
+            "--".into(),
+        ];
+        args.extend(
+            tiled_args(&img, &out, &store, "shm")
+                .into_iter()
+                .map(String::from),
+        );
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let stdout = ok(&argv);
         let per_rank = computed(&stdout);
         assert_eq!(per_rank.len(), n, "{stdout}");
-        assert_eq!(per_rank.iter().sum::<usize>(), TILES, "every tile exactly once: {stdout}");
+        assert_eq!(
+            per_rank.iter().sum::<usize>(),
+            TILES,
+            "every tile exactly once: {stdout}"
+        );
         let got = read_seg(&out);
         assert!(got == base, "{n} shm ranks differ from 1 rank");
     }
@@ -42,7 +68,9 @@ fn two_and_three_shm_ranks_match_one_rank() {
 
 #[test]
 fn two_and_three_mpi_ranks_match_one_rank() {
-    let mpirun = std::process::Command::new("mpirun").arg("--version").output();
+    let mpirun = std::process::Command::new("mpirun")
+        .arg("--version")
+        .output();
     if mpirun.is_err() {
         eprintln!("mpirun not found: MPI runs not tested");
         return;
@@ -59,12 +87,22 @@ fn two_and_three_mpi_ranks_match_one_rank() {
         let store = s(&dir.path().join(format!("t_mpi{n}")));
         let child = spawn(
             std::process::Command::new("mpirun")
-                .args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string(), env!("CARGO_BIN_EXE_ffn")])
+                .args([
+                    "--allow-run-as-root",
+                    "--oversubscribe",
+                    "-n",
+                    &n.to_string(),
+                    env!("CARGO_BIN_EXE_ffn"),
+                ])
                 .args(tiled_args(&img, &out, &store, "mpi")),
         );
         let output = child.wait_with_output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "mpirun -n {n}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "mpirun -n {n}: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let per_rank = computed(&stdout);
         assert_eq!(per_rank.len(), n, "{stdout}");
         assert_eq!(per_rank.iter().sum::<usize>(), TILES, "{stdout}");

@@ -84,6 +84,12 @@ pub fn as_bytes_mut(buf: &mut [f32]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), len) }
 }
 
+/// Views a `u64` as its bytes (native endianness).
+pub(crate) fn as_bytes_mut_u64(v: &mut u64) -> &mut [u8] {
+    // SAFETY: as in `as_bytes_mut`.
+    unsafe { std::slice::from_raw_parts_mut((v as *mut u64).cast::<u8>(), 8) }
+}
+
 /// Views an `f32` slice as its bytes (native endianness).
 pub fn as_bytes(buf: &[f32]) -> &[u8] {
     let len = std::mem::size_of_val(buf);

@@ -66,7 +66,7 @@ pub struct Args {
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
     /// Adam learning rate.
-    #[arg(long, default_value_t = 0.003)]
+    #[arg(long, default_value_t = 0.001)]
     pub learning_rate: f32,
     /// Smallest object kept in partitions (voxels).
     #[arg(long, default_value_t = 500)]

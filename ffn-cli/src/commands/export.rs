@@ -37,9 +37,17 @@ fn parse_xyz<T: std::str::FromStr>(flag: &str, text: &str) -> Result<[T; 3]> {
     if parts.len() != 3 {
         return Err(err());
     }
-    let v: Vec<T> = parts.iter().map(|p| p.parse::<T>()).collect::<Result<_, _>>().map_err(|_| err())?;
+    let v: Vec<T> = parts
+        .iter()
+        .map(|p| p.parse::<T>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| err())?;
     let mut it = v.into_iter();
-    let (x, y, z) = (it.next().ok_or_else(err)?, it.next().ok_or_else(err)?, it.next().ok_or_else(err)?);
+    let (x, y, z) = (
+        it.next().ok_or_else(err)?,
+        it.next().ok_or_else(err)?,
+        it.next().ok_or_else(err)?,
+    );
     Ok([z, y, x])
 }
 
@@ -50,7 +58,10 @@ pub fn run(args: Args) -> Result<()> {
     }
     let resolution: [f64; 3] = parse_xyz("resolution", &args.resolution)?;
     if !resolution.iter().all(|r| r.is_finite() && *r > 0.0) {
-        bail!("--resolution {:?}: expected positive nanometres", args.resolution);
+        bail!(
+            "--resolution {:?}: expected positive nanometres",
+            args.resolution
+        );
     }
     let chunk: [usize; 3] = parse_xyz("chunk", &args.chunk)?;
     if chunk.contains(&0) {
@@ -60,13 +71,20 @@ pub fn run(args: Args) -> Result<()> {
         let spec: VolumeSpec = image.parse().context("ffn export: --image")?;
         let dir = args.out.join("image");
         export_image(&spec, &dir, resolution, chunk)?;
-        println!("ffn export: wrote {} (precomputed image from {spec})", dir.display());
+        println!(
+            "ffn export: wrote {} (precomputed image from {spec})",
+            dir.display()
+        );
     }
     if let Some(seg) = &args.seg {
         let spec: VolumeSpec = seg.parse().context("ffn export: --seg")?;
         let dir = args.out.join("segmentation");
         let dt = export_segmentation(&spec, &dir, resolution, chunk)?;
-        println!("ffn export: wrote {} (precomputed {} segmentation from {spec})", dir.display(), dt.name());
+        println!(
+            "ffn export: wrote {} (precomputed {} segmentation from {spec})",
+            dir.display(),
+            dt.name()
+        );
     }
     println!(
         "ffn export: serve {} with any static file server (e.g. `python3 -m http.server` there, with CORS allowed) \
@@ -77,9 +95,20 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// Exports a uint8 image (axes z,y,x) as a precomputed image volume in `dir`.
-pub fn export_image(spec: &VolumeSpec, dir: &Path, resolution_zyx: [f64; 3], chunk_zyx: [usize; 3]) -> Result<()> {
+pub fn export_image(
+    spec: &VolumeSpec,
+    dir: &Path,
+    resolution_zyx: [f64; 3],
+    chunk_zyx: [usize; 3],
+) -> Result<()> {
     let shape = ffn_io::dataset_shape(spec).with_context(|| format!("reading {spec}"))?;
-    let info = PrecomputedInfo { layer: LayerType::Image, data_type: DataType::Uint8, shape_zyx: shape, chunk_zyx, resolution_zyx };
+    let info = PrecomputedInfo {
+        layer: LayerType::Image,
+        data_type: DataType::Uint8,
+        shape_zyx: shape,
+        chunk_zyx,
+        resolution_zyx,
+    };
     let mut w = PrecomputedWriter::create(dir, info)?;
     while w.next_z() < shape[0] {
         let z0 = w.next_z();
@@ -106,8 +135,18 @@ pub fn export_segmentation(
         let slab = ffn_io::read_labels_region(spec, [z0, 0, 0], [n, shape[1], shape[2]])?;
         max = max.max(slab.iter().copied().max().unwrap_or(0));
     }
-    let data_type = if max <= u32::MAX as u64 { DataType::Uint32 } else { DataType::Uint64 };
-    let info = PrecomputedInfo { layer: LayerType::Segmentation, data_type, shape_zyx: shape, chunk_zyx, resolution_zyx };
+    let data_type = if max <= u32::MAX as u64 {
+        DataType::Uint32
+    } else {
+        DataType::Uint64
+    };
+    let info = PrecomputedInfo {
+        layer: LayerType::Segmentation,
+        data_type,
+        shape_zyx: shape,
+        chunk_zyx,
+        resolution_zyx,
+    };
     let mut w = PrecomputedWriter::create(dir, info)?;
     while w.next_z() < shape[0] {
         let z0 = w.next_z();
@@ -125,9 +164,17 @@ mod tests {
 
     #[test]
     fn triples_are_read_as_xyz() {
-        assert_eq!(parse_xyz::<usize>("chunk", "64, 32,16").unwrap(), [16, 32, 64]);
-        let e = parse_xyz::<usize>("chunk", "64,32").unwrap_err().to_string();
-        assert!(e.contains("--chunk \"64,32\": expected three numbers"), "{e}");
+        assert_eq!(
+            parse_xyz::<usize>("chunk", "64, 32,16").unwrap(),
+            [16, 32, 64]
+        );
+        let e = parse_xyz::<usize>("chunk", "64,32")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--chunk \"64,32\": expected three numbers"),
+            "{e}"
+        );
         assert!(parse_xyz::<f64>("resolution", "8,8,x").is_err());
     }
 }

@@ -51,7 +51,8 @@ pub struct Args {
     /// [request, else peaks].
     #[arg(long)]
     seed_policy: Option<String>,
-    /// Text file with one seed per line, x,y,z (crop coordinates); implies --seed-policy list.
+    /// Text file with one seed per line, x,y,z in volume coordinates (also with --offset); implies
+    /// --seed-policy list.
     #[arg(long)]
     seeds: Option<PathBuf>,
     /// Grid step of the grid policy [request seed_policy_args.step, else 16].
@@ -78,6 +79,12 @@ pub struct Args {
     /// Disable the "disco" rule (voxels below 0.5 may be raised again).
     #[arg(long)]
     no_disco: bool,
+    /// Write the seed points (x,y,z per line, volume coordinates) to this file.
+    #[arg(long)]
+    seeds_out: Option<PathBuf>,
+    /// Stop after computing (and writing, with --seeds-out) the seed points.
+    #[arg(long, requires = "seeds_out")]
+    seeds_only: bool,
     /// Also write the quantised probability map (uint8, 0 = unassigned), FILE.h5:DATASET.
     #[arg(long)]
     prob_out: Option<String>,
@@ -101,7 +108,7 @@ fn policy_args_usize(req: Option<&InferenceRequest>, key: &str) -> Result<Option
     Ok(Some(n as usize))
 }
 
-fn read_seed_list(path: &Path, shape: [usize; 3]) -> Result<Vec<[usize; 3]>> {
+fn read_seed_list(path: &Path, offset: [usize; 3], shape: [usize; 3]) -> Result<Vec<[usize; 3]>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading seeds from {}", path.display()))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -110,17 +117,20 @@ fn read_seed_list(path: &Path, shape: [usize; 3]) -> Result<Vec<[usize; 3]>> {
             continue;
         }
         let p = parse_xyz(l, &format!("{}:{}", path.display(), n + 1))?;
-        if (0..3).any(|a| p[a] >= shape[a]) {
+        if (0..3).any(|a| p[a] < offset[a] || p[a] >= offset[a] + shape[a]) {
             bail!(
-                "{}:{}: seed {l} lies outside the volume of {} x {} x {} (x,y,z)",
+                "{}:{}: seed {l} lies outside the segmented box {},{},{} + {} x {} x {} (x,y,z)",
                 path.display(),
                 n + 1,
+                offset[2],
+                offset[1],
+                offset[0],
                 shape[2],
                 shape[1],
                 shape[0]
             );
         }
-        out.push(p);
+        out.push([p[0] - offset[0], p[1] - offset[1], p[2] - offset[2]]);
     }
     Ok(out)
 }
@@ -266,11 +276,22 @@ pub fn run(args: Args) -> Result<()> {
         }
         "list" => {
             let p = args.seeds.as_ref().context("--seed-policy list needs --seeds FILE")?;
-            read_seed_list(p, shape)?
+            read_seed_list(p, offset, shape)?
         }
         other => bail!("seed policy {other:?}: expected peaks (PolicyPeaks), grid (PolicyGrid3d) or list"),
     };
     let seeds_s = t_seeds.elapsed().as_secs_f64();
+    if let Some(p) = &args.seeds_out {
+        let text: String = seeds
+            .iter()
+            .map(|s| format!("{},{},{}\n", s[2] + offset[2], s[1] + offset[1], s[0] + offset[0]))
+            .collect();
+        std::fs::write(p, text).with_context(|| format!("writing seeds to {}", p.display()))?;
+        if args.seeds_only {
+            println!("{} seeds ({policy}, {seeds_s:.1} s) written to {}", seeds.len(), p.display());
+            return Ok(());
+        }
+    }
 
     let mut canvas = Canvas::new(&image, shape, cfg.fov, cfg.deltas, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let total_voxels = (shape[0] * shape[1] * shape[2]) as f64;

@@ -49,21 +49,21 @@ pub struct Args {
     pub out: String,
     /// Model checkpoint: an ffn-rs .safetensors file or folder, or Google's model.ckpt-N prefix.
     #[arg(long, required_unless_present = "oracle")]
-    pub model: Option<PathBuf>,
+    pub checkpoint: Option<PathBuf>,
     /// Test predictor: the image holds label ids and the prediction is the true mask of the object
     /// at the FOV centre (no model). Uses --fov and --deltas.
-    #[arg(long, hide = true, conflicts_with = "model")]
+    #[arg(long, hide = true, conflicts_with = "checkpoint")]
     pub oracle: bool,
-    /// FOV z,y,x of the oracle predictor.
+    /// FOV x,y,z of the oracle predictor.
     #[arg(long, default_value = "7,7,7", hide = true)]
     pub fov: String,
-    /// Movement deltas z,y,x of the oracle predictor.
+    /// Movement deltas x,y,z of the oracle predictor.
     #[arg(long, default_value = "1,1,1", hide = true)]
     pub deltas: String,
-    /// Tile size in voxels: one number or z,y,x.
+    /// Tile size in voxels: one number or x,y,z.
     #[arg(long, default_value = "128")]
     pub tile_size: String,
-    /// Overlap of neighbouring tiles in voxels: one number or z,y,x (default: the FOV size, the
+    /// Overlap of neighbouring tiles in voxels: one number or x,y,z (default: the FOV size, the
     /// least that lets segments reach every voxel of a tile's core).
     #[arg(long)]
     pub tile_overlap: Option<String>,
@@ -100,7 +100,7 @@ pub struct Args {
     /// Object probability at which a voxel joins a segment.
     #[arg(long, default_value_t = 0.6)]
     pub segment_threshold: f32,
-    /// Seeds closer than this (z,y,x or one number) to an existing segment are skipped.
+    /// Seeds closer than this (x,y,z or one number) to an existing segment are skipped.
     #[arg(long, default_value = "1")]
     pub min_boundary_dist: String,
     /// Merge rule: least number of voxels two segments must share in a tile overlap.
@@ -111,14 +111,18 @@ pub struct Args {
     pub min_overlap_fraction: f64,
 }
 
-/// Parses `n` or `z,y,x`.
-pub fn parse_zyx(flag: &str, text: &str) -> Result<[usize; 3]> {
+/// Parses `n` or `x,y,z` (the order `ffn infer` uses on the command line) into `[z, y, x]`.
+pub fn parse_sizes(flag: &str, text: &str) -> Result<[usize; 3]> {
     let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-    let err = || anyhow::anyhow!("--{flag} {text:?}: expected one number or three numbers z,y,x");
-    let v: Vec<usize> = parts.iter().map(|p| p.parse::<usize>()).collect::<Result<_, _>>().map_err(|_| err())?;
+    let err = || anyhow::anyhow!("--{flag} {text:?}: expected one number or three numbers x,y,z");
+    let v: Vec<usize> = parts
+        .iter()
+        .map(|p| p.parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| err())?;
     match v[..] {
         [n] => Ok([n; 3]),
-        [z, y, x] => Ok([z, y, x]),
+        [x, y, z] => Ok([z, y, x]),
         _ => Err(err()),
     }
 }
@@ -174,7 +178,12 @@ struct Job {
 
 impl Job {
     /// Segments one tile with `predictor`; returns the record to store.
-    fn segment(&self, tile: &Tile, predictor: &mut dyn Predictor, rank: usize) -> Result<TileRecord> {
+    fn segment(
+        &self,
+        tile: &Tile,
+        predictor: &mut dyn Predictor,
+        rank: usize,
+    ) -> Result<TileRecord> {
         let t0 = Instant::now();
         let raw = ffn_io::read_image_f32_region(&self.image, tile.origin, tile.shape)
             .with_context(|| format!("tile {}: reading its image box", tile.index))?;
@@ -191,7 +200,11 @@ impl Job {
         let seeds = match self.seed_policy {
             SeedPolicy::Peaks => policy_peaks(&image, tile.shape, &PeaksOptions::default()),
             SeedPolicy::Grid => {
-                let offsets: Vec<usize> = GRID_OFFSETS.iter().copied().filter(|&o| o < self.grid_step).collect();
+                let offsets: Vec<usize> = GRID_OFFSETS
+                    .iter()
+                    .copied()
+                    .filter(|&o| o < self.grid_step)
+                    .collect();
                 policy_grid(tile.shape, self.grid_step, &offsets)
             }
         };
@@ -223,32 +236,51 @@ pub fn run(args: Args) -> Result<()> {
     let out: VolumeSpec = args.out.parse().context("ffn infer-tiled: --out")?;
     let backend: Backend = args.backend.parse().context("ffn infer-tiled: --backend")?;
     if !(args.comm_timeout.is_finite() && args.comm_timeout > 0.0) {
-        bail!("--comm-timeout {}: expected a positive number of seconds", args.comm_timeout);
+        bail!(
+            "--comm-timeout {}: expected a positive number of seconds",
+            args.comm_timeout
+        );
     }
     if !(args.image_stddev.is_finite() && args.image_stddev > 0.0) {
-        bail!("--image-stddev {}: expected a positive number", args.image_stddev);
+        bail!(
+            "--image-stddev {}: expected a positive number",
+            args.image_stddev
+        );
     }
     if args.grid_step == 0 {
         bail!("--grid-step 0: expected at least 1");
     }
 
     // The predictor (the model is loaded by every rank).
-    let (mut predictor, fov, deltas, predictor_desc): (Box<dyn Predictor>, [usize; 3], [usize; 3], String) =
-        if args.oracle {
-            let fov = parse_zyx("fov", &args.fov)?;
-            let deltas = parse_zyx("deltas", &args.deltas)?;
-            (Box::new(Oracle { fov }), fov, deltas, format!("oracle fov {fov:?} deltas {deltas:?}"))
-        } else {
-            let path = args.model.clone().context("--model is required (or --oracle)")?;
-            let (cfg, params) =
-                ffn_io::load_any_model(&path).with_context(|| format!("loading the model {}", path.display()))?;
-            let (fov, deltas) = (cfg.fov, cfg.deltas);
-            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            let desc = format!("model {} ({size} bytes) {cfg:?}", path.display());
-            let net = ConvStack3d::from_params(cfg, params).with_context(|| format!("model {}", path.display()))?;
-            (Box::new(NetPredictor { net }), fov, deltas, desc)
-        };
-    let mbd = parse_zyx("min-boundary-dist", &args.min_boundary_dist)?;
+    let (mut predictor, fov, deltas, predictor_desc): (
+        Box<dyn Predictor>,
+        [usize; 3],
+        [usize; 3],
+        String,
+    ) = if args.oracle {
+        let fov = parse_sizes("fov", &args.fov)?;
+        let deltas = parse_sizes("deltas", &args.deltas)?;
+        (
+            Box::new(Oracle { fov }),
+            fov,
+            deltas,
+            format!("oracle fov {fov:?} deltas {deltas:?}"),
+        )
+    } else {
+        let path = args
+            .checkpoint
+            .clone()
+            .context("--checkpoint is required (or --oracle)")?;
+        let (cfg, params) = ffn_io::load_any_model(&path)
+            .with_context(|| format!("loading the model {}", path.display()))?;
+        let (fov, deltas) = (cfg.fov, cfg.deltas);
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let desc = format!("model {} ({size} bytes) {cfg:?}", path.display());
+        let net = ConvStack3d::from_params(cfg, params)
+            .with_context(|| format!("model {}", path.display()))?;
+        (Box::new(NetPredictor { net }), fov, deltas, desc)
+    };
+    let mbd = parse_sizes("min-boundary-dist", &args.min_boundary_dist)?;
     let opts = InferenceOptions {
         move_threshold: args.move_threshold,
         segment_threshold: args.segment_threshold,
@@ -257,14 +289,17 @@ pub fn run(args: Args) -> Result<()> {
         ..Default::default()
     };
     opts.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let rule = MergeRule { min_overlap: args.min_overlap, min_fraction: args.min_overlap_fraction };
+    let rule = MergeRule {
+        min_overlap: args.min_overlap,
+        min_fraction: args.min_overlap_fraction,
+    };
     rule.validate().context("--min-overlap-fraction")?;
 
     // The plan.
     let shape = ffn_io::dataset_shape(&image).with_context(|| format!("reading {image}"))?;
-    let size = parse_zyx("tile-size", &args.tile_size)?;
+    let size = parse_sizes("tile-size", &args.tile_size)?;
     let overlap = match &args.tile_overlap {
-        Some(t) => parse_zyx("tile-overlap", t)?,
+        Some(t) => parse_sizes("tile-overlap", t)?,
         None => fov,
     };
     let plan = TilePlan::new(shape, size, overlap).context("ffn infer-tiled: the tile plan")?;
@@ -275,17 +310,23 @@ pub fn run(args: Args) -> Result<()> {
     let mut comm_opts = CommOptions::from_env().context("reading the communicator environment")?;
     comm_opts.timeout = Duration::from_secs_f64(args.comm_timeout);
     comm_opts.stall_warning = Duration::ZERO;
-    let mut comm = ffn_comm::connect(backend, &comm_opts).with_context(|| format!("connecting with backend {backend}"))?;
+    let mut comm = ffn_comm::connect(backend, &comm_opts)
+        .with_context(|| format!("connecting with backend {backend}"))?;
     let (rank, ranks) = (comm.rank(), comm.size());
     let mut run_id = [0u8; 16];
     if rank == 0 {
         run_id = random_bytes();
     }
-    comm.broadcast_bytes(&mut run_id, 0).context("broadcasting the run id")?;
+    comm.broadcast_bytes(&mut run_id, 0)
+        .context("broadcasting the run id")?;
     let run_id: String = run_id.iter().map(|b| format!("{b:02x}")).collect();
 
     let store_dir = args.tile_store.clone().unwrap_or_else(|| {
-        let mut name = out.path.file_name().map(|s| s.to_os_string()).unwrap_or_default();
+        let mut name = out
+            .path
+            .file_name()
+            .map(|s| s.to_os_string())
+            .unwrap_or_default();
         name.push(format!(".{}.tiles", out.dataset.replace('/', "_")));
         out.path.with_file_name(name)
     });
@@ -301,8 +342,8 @@ pub fn run(args: Args) -> Result<()> {
     let store = TileStore::open(&store_dir, &fingerprint)?;
     if rank == 0 {
         eprintln!(
-            "infer-tiled: {n} tiles ({:?} z,y,x) of {:?} overlapping by {overlap:?} over {shape:?}; {ranks} rank(s); \
-             {} already finished in {}",
+            "infer-tiled: {n} tiles (grid {:?} z,y,x) of {:?} overlapping by {overlap:?} over {shape:?} (z,y,x); \
+             {ranks} rank(s); {} already finished in {}",
             plan.grid_shape(),
             plan.tile_size(),
             store.count_done(n),
@@ -354,7 +395,8 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     println!("infer-tiled: rank {rank} computed {computed} tiles, skipped {reused} finished ones");
-    comm.barrier().context("waiting for the other ranks to finish their tiles")?;
+    comm.barrier()
+        .context("waiting for the other ranks to finish their tiles")?;
     if rank != 0 {
         return Ok(());
     }
@@ -384,7 +426,11 @@ pub fn run(args: Args) -> Result<()> {
 
 /// Reconciles the finished tiles of `store` into one relabelled volume (`[z][y][x]`). At most the
 /// tiles of one layer of the tile grid (plus the output volume) are held in memory.
-pub fn merge(plan: &TilePlan, store: &TileStore, rule: MergeRule) -> Result<(Vec<u64>, ReconcileSummary)> {
+pub fn merge(
+    plan: &TilePlan,
+    store: &TileStore,
+    rule: MergeRule,
+) -> Result<(Vec<u64>, ReconcileSummary)> {
     let n = plan.len();
     let max_ids: Vec<u64> = (0..n).map(|i| store.max_id(i)).collect::<Result<_, _>>()?;
     let mut rec = Reconciler::new(&max_ids, rule)?;
@@ -408,7 +454,11 @@ pub fn merge(plan: &TilePlan, store: &TileStore, rule: MergeRule) -> Result<(Vec
         }
         Ok(())
     };
-    fn view<'a>(plan: &TilePlan, cache: &'a BTreeMap<usize, Vec<u64>>, i: usize) -> Result<TileLabels<'a>> {
+    fn view<'a>(
+        plan: &TilePlan,
+        cache: &'a BTreeMap<usize, Vec<u64>>,
+        i: usize,
+    ) -> Result<TileLabels<'a>> {
         let tile = plan.tile(i).context("tile index outside the plan")?;
         let labels = cache.get(&i).context("tile not loaded")?;
         Ok(TileLabels { tile, labels })
@@ -443,9 +493,14 @@ pub fn merge(plan: &TilePlan, store: &TileStore, rule: MergeRule) -> Result<(Vec
 /// 16 random bytes for the run id (from /dev/urandom, else the clock and the process id).
 fn random_bytes() -> [u8; 16] {
     let mut buf = [0u8; 16];
-    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).is_ok();
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok();
     if !ok {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
         let seed = t ^ ((std::process::id() as u128) << 64);
         buf = seed.to_le_bytes();
     }
@@ -458,10 +513,10 @@ mod tests {
 
     #[test]
     fn triples_parse() {
-        assert_eq!(parse_zyx("tile-size", "64").unwrap(), [64; 3]);
-        assert_eq!(parse_zyx("tile-size", "8, 16,32").unwrap(), [8, 16, 32]);
-        let e = parse_zyx("tile-size", "8,16").unwrap_err().to_string();
+        assert_eq!(parse_sizes("tile-size", "64").unwrap(), [64; 3]);
+        assert_eq!(parse_sizes("tile-size", "8, 16,32").unwrap(), [32, 16, 8]);
+        let e = parse_sizes("tile-size", "8,16").unwrap_err().to_string();
         assert!(e.contains("--tile-size \"8,16\""), "{e}");
-        assert!(parse_zyx("fov", "a").is_err());
+        assert!(parse_sizes("fov", "a").is_err());
     }
 }

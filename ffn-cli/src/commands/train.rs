@@ -835,3 +835,35 @@ pub fn run(args: Args) -> Result<()> {
     println!("training curve: {}", s.curve.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_rows_round_trip_and_config_differences_are_named() {
+        let r = LogRow {
+            step: 50,
+            loss: 0.5,
+            precision: 0.25,
+            recall: 0.75,
+            f1: 0.375,
+            accuracy: 0.875,
+            examples: 7,
+            examples_per_s: 12.5,
+            lr: 0.001,
+            elapsed_s: 3.5,
+        };
+        assert_eq!(LogRow::parse_csv(&r.csv()), Some(r.clone()));
+        assert_eq!(LogRow::parse_json(&r.json().to_string()), Some(r));
+        assert_eq!(LogRow::parse_csv(CSV_HEADER), None);
+        let a = json!({"lr": "0.001", "model": {"depth": 3}});
+        let b = json!({"lr": "0.002", "model": {"depth": 3}});
+        let mut d = Vec::new();
+        differences(&a, &b, "", &mut d);
+        assert_eq!(d, ["lr: now \"0.001\", checkpoint \"0.002\""]);
+        let state: Vec<u8> = (0..11).collect();
+        assert_eq!(f32_to_bytes(&bytes_to_f32(&state), 11).unwrap(), state);
+        assert!(f32_to_bytes(&bytes_to_f32(&state), 13).is_err());
+    }
+}

@@ -75,9 +75,16 @@ pub struct SliceSummary {
 
 /// Runs `ffn view`.
 pub fn run(args: Args) -> Result<()> {
-    let seg: VolumeSpec = args.seg.parse().context("ffn view: segmentation argument")?;
-    let image: Option<VolumeSpec> =
-        args.image.as_deref().map(str::parse).transpose().context("ffn view: --image")?;
+    let seg: VolumeSpec = args
+        .seg
+        .parse()
+        .context("ffn view: segmentation argument")?;
+    let image: Option<VolumeSpec> = args
+        .image
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .context("ffn view: --image")?;
     let (axis, index) = match (args.z, args.y, args.x) {
         (Some(z), _, _) => (Axis::Z, Some(z)),
         (_, Some(y), _) => (Axis::Y, Some(y)),
@@ -86,9 +93,19 @@ pub fn run(args: Args) -> Result<()> {
     };
     let index = match index {
         Some(i) => i,
-        None => ffn_io::dataset_shape(&seg).with_context(|| format!("ffn view: reading {seg}"))?[0] / 2,
+        None => {
+            ffn_io::dataset_shape(&seg).with_context(|| format!("ffn view: reading {seg}"))?[0] / 2
+        }
     };
-    let s = render_slice_png(&seg, image.as_ref(), axis, index, args.alpha, args.zoom, &args.out)?;
+    let s = render_slice_png(
+        &seg,
+        image.as_ref(),
+        axis,
+        index,
+        args.alpha,
+        args.zoom,
+        &args.out,
+    )?;
     println!(
         "ffn view: wrote {} ({} x {} pixels, {} slice {index}, {} segments)",
         args.out.display(),
@@ -146,9 +163,15 @@ pub fn render_slice_png(
         Some(img) => {
             let dtype = ffn_io::dataset_dtype(img).with_context(|| format!("reading {img}"))?;
             if dtype == "uint8" {
-                ffn_io::read_image_u8_region(img, offset, size)?.iter().copied().collect()
+                ffn_io::read_image_u8_region(img, offset, size)?
+                    .iter()
+                    .copied()
+                    .collect()
             } else {
-                let v: Vec<f32> = ffn_io::read_image_f32_region(img, offset, size)?.iter().copied().collect();
+                let v: Vec<f32> = ffn_io::read_image_f32_region(img, offset, size)?
+                    .iter()
+                    .copied()
+                    .collect();
                 to_grey(&v).with_context(|| format!("{img}"))?
             }
         }
@@ -156,7 +179,8 @@ pub fn render_slice_png(
     let mut segments: Vec<u64> = labels.iter().copied().filter(|&v| v != 0).collect();
     segments.sort_unstable();
     segments.dedup();
-    let rgb = render_overlay(&grey, &labels, width, height, alpha).context("drawing the overlay")?;
+    let rgb =
+        render_overlay(&grey, &labels, width, height, alpha).context("drawing the overlay")?;
     let (w, h) = (width * zoom, height * zoom);
     let mut big = Vec::with_capacity(w * h * 3);
     for y in 0..h {
@@ -166,21 +190,34 @@ pub fn render_slice_png(
         }
     }
     write_rgb_png(out, w, h, &big)?;
-    Ok(SliceSummary { width: w, height: h, segments: segments.len() })
+    Ok(SliceSummary {
+        width: w,
+        height: h,
+        segments: segments.len(),
+    })
 }
 
 /// Writes `rgb` (`height * width * 3` bytes, row-major) as an 8-bit RGB PNG.
 pub fn write_rgb_png(path: &Path, width: usize, height: usize, rgb: &[u8]) -> Result<()> {
     if rgb.len() != width * height * 3 || width == 0 || height == 0 {
-        bail!("{}: cannot write a {width} x {height} picture from {} bytes", path.display(), rgb.len());
+        bail!(
+            "{}: cannot write a {width} x {height} picture from {} bytes",
+            path.display(),
+            rgb.len()
+        );
     }
-    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut enc = png::Encoder::new(BufWriter::new(file), width as u32, height as u32);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc.write_header().with_context(|| format!("writing {}", path.display()))?;
-    w.write_image_data(rgb).with_context(|| format!("writing {}", path.display()))?;
-    w.finish().with_context(|| format!("writing {}", path.display()))?;
+    let mut w = enc
+        .write_header()
+        .with_context(|| format!("writing {}", path.display()))?;
+    w.write_image_data(rgb)
+        .with_context(|| format!("writing {}", path.display()))?;
+    w.finish()
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -194,22 +231,46 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let seg = VolumeSpec::new(dir.path().join("seg.h5"), "seg");
         let img = VolumeSpec::new(dir.path().join("raw.h5"), "raw");
-        let labels = Array3::from_shape_fn((4, 5, 6), |(z, y, x)| if x < 3 { 1 + z as u64 } else { 0 });
+        let labels =
+            Array3::from_shape_fn((4, 5, 6), |(z, y, x)| if x < 3 { 1 + z as u64 } else { 0 });
         ffn_io::write_labels(&seg, &labels).unwrap();
-        ffn_io::write_image_f32(&img, &Array3::from_shape_fn((4, 5, 6), |(z, y, x)| (z + y + x) as f32)).unwrap();
+        ffn_io::write_image_f32(
+            &img,
+            &Array3::from_shape_fn((4, 5, 6), |(z, y, x)| (z + y + x) as f32),
+        )
+        .unwrap();
         let out = dir.path().join("s.png");
         let s = render_slice_png(&seg, Some(&img), Axis::Z, 2, 0.5, 2, &out).unwrap();
-        assert_eq!(s, SliceSummary { width: 12, height: 10, segments: 1 });
-        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()));
+        assert_eq!(
+            s,
+            SliceSummary {
+                width: 12,
+                height: 10,
+                segments: 1
+            }
+        );
+        let decoder =
+            png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()));
         let reader = decoder.read_info().unwrap();
         assert_eq!((reader.info().width, reader.info().height), (12, 10));
         let s = render_slice_png(&seg, None, Axis::X, 1, 0.5, 1, &out).unwrap();
-        assert_eq!(s, SliceSummary { width: 5, height: 4, segments: 4 });
-        let e = render_slice_png(&seg, None, Axis::Y, 5, 0.5, 1, &out).unwrap_err().to_string();
+        assert_eq!(
+            s,
+            SliceSummary {
+                width: 5,
+                height: 4,
+                segments: 4
+            }
+        );
+        let e = render_slice_png(&seg, None, Axis::Y, 5, 0.5, 1, &out)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--y 5: expected 0..=4"), "{e}");
         let other = VolumeSpec::new(dir.path().join("raw.h5"), "small");
         ffn_io::write_image_u8(&other, &Array3::zeros((2, 2, 2))).unwrap();
-        let e = render_slice_png(&seg, Some(&other), Axis::Z, 0, 0.5, 1, &out).unwrap_err().to_string();
+        let e = render_slice_png(&seg, Some(&other), Axis::Z, 0, 0.5, 1, &out)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("shape mismatch"), "{e}");
     }
 }

@@ -109,13 +109,13 @@ pub fn prepare(dir: &Path) -> Vec<String> {
     for args in [
         s(&["synth", "--out", &h5, "--shape", "30,30,30", "--neurites", "10", "--seed", "5"]),
         s(&["partitions", "--labels", &format!("{h5}:labels"), "--out", &format!("{h5}:af"), "--lom-radius", "4", "--min-size", "100"]),
-        s(&["coordinates", "--partitions", &format!("s:{h5}:af"), "--out", &coords, "--margin", "4"]),
+        s(&["coordinates", "--partitions", &format!("s:{h5}:af"), "--out", &coords, "--margin", "6"]),
     ] {
         ok(&run(ffn(&args), LIMIT), &format!("ffn {args:?}"));
     }
     s(&[
         "train", "--image", &format!("s:{h5}:image"), "--labels", &format!("s:{h5}:labels"), "--coords", &coords,
-        "--depth", "2", "--features", "4", "--fov", "7,7,7", "--optimizer", "momentum", "--learning-rate", "0.01",
+        "--depth", "2", "--features", "4", "--fov", "7,7,7", "--deltas", "2,2,2", "--optimizer", "momentum", "--learning-rate", "0.01",
         "--report-every", "2", "--quiet",
     ])
 }
@@ -123,6 +123,16 @@ pub fn prepare(dir: &Path) -> Vec<String> {
 /// `base` plus `extra`.
 pub fn with(base: &[String], extra: &[&str]) -> Vec<String> {
     base.iter().cloned().chain(extra.iter().map(|s| s.to_string())).collect()
+}
+
+/// `base` with `flag`'s value replaced by `value` (appended when absent).
+pub fn set(base: &[String], flag: &str, value: &str) -> Vec<String> {
+    let mut v = base.to_vec();
+    match v.iter().position(|a| a == flag) {
+        Some(i) => v[i + 1] = value.to_string(),
+        None => v.extend([flag.to_string(), value.to_string()]),
+    }
+    v
 }
 
 /// The checkpoint of `step` in run directory `out`.

@@ -88,29 +88,34 @@ fn conv_planes(
     let h = k / 2;
     let back = tap_back(g, h);
     let (p, sz) = (g.pad, g.size[0]);
+    let direct = use_direct_kernel(cout);
     parallel::for_each_chunk_mut(out, plane * cout, |idx, chunk| {
         let zp = idx % dz;
         let Some(rows) = rows.filter(|_| zp >= p && zp < p + sz) else {
             chunk.fill(0.0);
             return;
         };
-        let row0 = idx * plane + rows.first;
-        let dst = &mut chunk[rows.first * cout..];
-        for tz in 0..k {
-            for ty in 0..k {
-                let start = row0 + tz * plane + ty * dx - back;
-                let lhs = View {
-                    data: &input[start * cin..],
-                    rs: cin,
-                    cs: 1,
-                };
-                let wo = (tz * k + ty) * k * cin * cout;
-                let rhs = View {
-                    data: &w[wo..wo + k * cin * cout],
-                    rs: cout,
-                    cs: 1,
-                };
-                sgemm(rows.count, cout, k * cin, dst, cout, tz + ty > 0, lhs, rhs);
+        if direct {
+            direct_rows(g, k, cin, cout, input, w, idx, chunk);
+        } else {
+            let row0 = idx * plane + rows.first;
+            let dst = &mut chunk[rows.first * cout..];
+            for tz in 0..k {
+                for ty in 0..k {
+                    let start = row0 + tz * plane + ty * dx - back;
+                    let lhs = View {
+                        data: &input[start * cin..],
+                        rs: cin,
+                        cs: 1,
+                    };
+                    let wo = (tz * k + ty) * k * cin * cout;
+                    let rhs = View {
+                        data: &w[wo..wo + k * cin * cout],
+                        rs: cout,
+                        cs: 1,
+                    };
+                    sgemm(rows.count, cout, k * cin, dst, cout, tz + ty > 0, lhs, rhs);
+                }
             }
         }
         if bias.is_some() || relu {
@@ -129,6 +134,70 @@ fn conv_planes(
         }
         g.zero_plane_border(chunk, zp, cout);
     });
+}
+
+/// Whether the direct SIMD kernel handles `cout` output channels on this CPU.
+fn use_direct_kernel(cout: usize) -> bool {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        cout % super::avx2::BLOCK == 0 && super::avx2::available()
+    }
+    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+    {
+        let _ = cout;
+        false
+    }
+}
+
+/// The interior rows of output plane `idx` (whole-buffer plane index) with the direct kernel.
+#[allow(clippy::too_many_arguments)]
+fn direct_rows(
+    g: &Padded,
+    k: usize,
+    cin: usize,
+    cout: usize,
+    input: &[f32],
+    w: &[f32],
+    idx: usize,
+    chunk: &mut [f32],
+) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        let [_, _, dx] = g.dims();
+        let plane = g.plane_voxels();
+        let back = tap_back(g, k / 2);
+        let (p, sx) = (g.pad, g.size[2]);
+        assert_eq!(w.len(), k * k * k * cin * cout, "conv3d: weights length");
+        assert_eq!(input.len(), g.len(cin), "conv3d: padded input length");
+        for y in p..p + g.size[1] {
+            let first = y * dx + p;
+            let in0 = idx * plane + first - back;
+            let last_in = in0 + (k - 1) * (plane + dx) + sx - 1 + (k - 1);
+            assert!(
+                last_in < g.voxels() && (first + sx) * cout <= chunk.len(),
+                "conv3d: direct kernel bounds"
+            );
+            // SAFETY: AVX2/FMA were detected (use_direct_kernel), cout is a multiple of 32, and the
+            // asserts above bound every input voxel read and every output voxel written.
+            unsafe {
+                super::avx2::row(
+                    input.as_ptr().add(in0 * cin),
+                    cin,
+                    k,
+                    |tz, ty| tz * plane + ty * dx,
+                    w.as_ptr(),
+                    cout,
+                    chunk.as_mut_ptr().add(first * cout),
+                    sx,
+                );
+            }
+        }
+    }
+    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+    {
+        let _ = (g, k, cin, cout, input, w, idx, chunk);
+        unreachable!("direct kernel selected without SIMD support");
+    }
 }
 
 /// Forward pass: `out = conv(input, weights) + bias`, followed by ReLU when `relu`.

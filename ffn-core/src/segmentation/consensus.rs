@@ -20,7 +20,11 @@ use alloc::vec::Vec;
 
 /// Replaces `a` by its intersection with `b` (see the module docs); returns the number of
 /// non-zero ids in the result.
-pub fn split_segmentation_by_intersection(a: &mut [u64], b: &[u64], min_size: u64) -> Result<u64, SegmentationError> {
+pub fn split_segmentation_by_intersection(
+    a: &mut [u64],
+    b: &[u64],
+    min_size: u64,
+) -> Result<u64, SegmentationError> {
     if a.len() != b.len() {
         return Err(SegmentationError::LengthMismatch {
             what: "second segmentation (same shape as the first)".to_string(),
@@ -61,10 +65,12 @@ pub fn split_segmentation_by_intersection(a: &mut [u64], b: &[u64], min_size: u6
         } else if best.get(&la).is_some_and(|&(bb, _)| bb == lb) {
             la
         } else {
-            next = next.checked_add(1).ok_or_else(|| SegmentationError::InvalidParameter {
-                field: "segment ids",
-                reason: "new ids would exceed u64::MAX".to_string(),
-            })?;
+            next = next
+                .checked_add(1)
+                .ok_or_else(|| SegmentationError::InvalidParameter {
+                    field: "segment ids",
+                    reason: "new ids would exceed u64::MAX".to_string(),
+                })?;
             next
         };
         new_ids.insert((lb, la), id);
@@ -122,8 +128,18 @@ mod tests {
         split_segmentation_by_intersection(&mut a, &orig, 1).unwrap();
         assert_eq!(a, orig);
         let e = split_segmentation_by_intersection(&mut a, &[1, 2], 1).unwrap_err();
-        assert!(matches!(e, SegmentationError::LengthMismatch { expected: 7, actual: 2, .. }));
+        assert!(matches!(
+            e,
+            SegmentationError::LengthMismatch {
+                expected: 7,
+                actual: 2,
+                ..
+            }
+        ));
         let mut empty: Vec<u64> = vec![];
-        assert_eq!(split_segmentation_by_intersection(&mut empty, &[], 1).unwrap(), 0);
+        assert_eq!(
+            split_segmentation_by_intersection(&mut empty, &[], 1).unwrap(),
+            0
+        );
     }
 }

@@ -79,7 +79,10 @@ pub fn render_overlay(
                 || (y + 1 < height && differs(i + width));
             let a = if boundary { 1.0 } else { alpha };
             let c = segment_colour(id);
-            out.extend(c.iter().map(|&c| (a * c as f32 + (1.0 - a) * g + 0.5).min(255.0) as u8));
+            out.extend(
+                c.iter()
+                    .map(|&c| (a * c as f32 + (1.0 - a) * g + 0.5).min(255.0) as u8),
+            );
         }
     }
     Ok(out)
@@ -92,14 +95,23 @@ pub fn to_grey(values: &[f32]) -> Result<Vec<u8>, SegmentationError> {
     let mut hi = f32::NEG_INFINITY;
     for &v in values {
         if !v.is_finite() {
-            return Err(SegmentationError::InvalidParameter { field: "image", reason: "non-finite value in the slice".to_string() });
+            return Err(SegmentationError::InvalidParameter {
+                field: "image",
+                reason: "non-finite value in the slice".to_string(),
+            });
         }
         lo = lo.min(v);
         hi = hi.max(v);
     }
     Ok(values
         .iter()
-        .map(|&v| if hi > lo { ((v - lo) / (hi - lo) * 255.0 + 0.5) as u8 } else { 128 })
+        .map(|&v| {
+            if hi > lo {
+                ((v - lo) / (hi - lo) * 255.0 + 0.5) as u8
+            } else {
+                128
+            }
+        })
         .collect())
 }
 
@@ -139,8 +151,16 @@ mod tests {
 
     #[test]
     fn bad_sizes_and_alpha_are_errors() {
-        assert!(matches!(render_overlay(&[0; 5], &[0; 6], 3, 2, 0.5), Err(SegmentationError::LengthMismatch { .. })));
-        assert!(render_overlay(&[0; 6], &[0; 6], 3, 2, 1.5).unwrap_err().to_string().starts_with("alpha:"));
+        assert!(matches!(
+            render_overlay(&[0; 5], &[0; 6], 3, 2, 0.5),
+            Err(SegmentationError::LengthMismatch { .. })
+        ));
+        assert!(
+            render_overlay(&[0; 6], &[0; 6], 3, 2, 1.5)
+                .unwrap_err()
+                .to_string()
+                .starts_with("alpha:")
+        );
         assert_eq!(to_grey(&[1.0, 3.0, 2.0]).unwrap(), vec![0, 255, 128]);
         assert_eq!(to_grey(&[5.0, 5.0]).unwrap(), vec![128, 128]);
         assert!(to_grey(&[f32::NAN]).is_err());

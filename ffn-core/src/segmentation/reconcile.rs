@@ -42,7 +42,10 @@ pub struct MergeRule {
 
 impl Default for MergeRule {
     fn default() -> Self {
-        Self { min_overlap: 20, min_fraction: 0.5 }
+        Self {
+            min_overlap: 20,
+            min_fraction: 0.5,
+        }
     }
 }
 
@@ -61,7 +64,9 @@ impl MergeRule {
     /// The rule for one pair: `shared` voxels in common, `size_a` and `size_b` voxels of each
     /// segment inside the overlap box.
     pub fn accepts(&self, shared: u64, size_a: u64, size_b: u64) -> bool {
-        shared > 0 && shared >= self.min_overlap && shared as f64 >= self.min_fraction * size_a.min(size_b) as f64
+        shared > 0
+            && shared >= self.min_overlap
+            && shared as f64 >= self.min_fraction * size_a.min(size_b) as f64
     }
 }
 
@@ -78,7 +83,10 @@ impl TileLabels<'_> {
     fn check(&self) -> Result<(), SegmentationError> {
         if self.labels.len() != self.tile.voxels() {
             return Err(SegmentationError::LengthMismatch {
-                what: format!("labels of tile {} (shape {:?})", self.tile.index, self.tile.shape),
+                what: format!(
+                    "labels of tile {} (shape {:?})",
+                    self.tile.index, self.tile.shape
+                ),
                 expected: self.tile.voxels(),
                 actual: self.labels.len(),
             });
@@ -122,21 +130,30 @@ impl Reconciler {
         let mut total = 0usize;
         for (t, &m) in max_ids.iter().enumerate() {
             offsets.push(total);
-            total = usize::try_from(m).ok().and_then(|m| total.checked_add(m)).ok_or_else(|| {
-                SegmentationError::InvalidParameter {
+            total = usize::try_from(m)
+                .ok()
+                .and_then(|m| total.checked_add(m))
+                .ok_or_else(|| SegmentationError::InvalidParameter {
                     field: "tile max ids",
                     reason: format!("too many segments in total (tile {t} has max id {m})"),
-                }
-            })?;
+                })?;
         }
-        Ok(Self { rule, offsets, max_ids: max_ids.to_vec(), uf: UnionFind::new(total) })
+        Ok(Self {
+            rule,
+            offsets,
+            max_ids: max_ids.to_vec(),
+            uf: UnionFind::new(total),
+        })
     }
 
     fn key(&self, tile: usize, local: u64) -> Result<Option<usize>, SegmentationError> {
-        let max = *self.max_ids.get(tile).ok_or_else(|| SegmentationError::InvalidParameter {
-            field: "tile index",
-            reason: format!("expected < {}, found {tile}", self.max_ids.len()),
-        })?;
+        let max = *self
+            .max_ids
+            .get(tile)
+            .ok_or_else(|| SegmentationError::InvalidParameter {
+                field: "tile index",
+                reason: format!("expected < {}, found {tile}", self.max_ids.len()),
+            })?;
         if local == 0 {
             return Ok(None);
         }
@@ -151,7 +168,11 @@ impl Reconciler {
 
     /// Counts the label pairs of two tiles in their intersection and merges those the rule
     /// accepts. Tiles that do not intersect contribute nothing.
-    pub fn observe(&mut self, a: &TileLabels, b: &TileLabels) -> Result<PairStats, SegmentationError> {
+    pub fn observe(
+        &mut self,
+        a: &TileLabels,
+        b: &TileLabels,
+    ) -> Result<PairStats, SegmentationError> {
         a.check()?;
         b.check()?;
         let Some((lo, hi)) = intersection(&a.tile, &b.tile) else {
@@ -193,9 +214,15 @@ impl Reconciler {
         if let Some(r) = run.take() {
             flush(r, &mut shared);
         }
-        let mut stats = PairStats { pairs: shared.len() as u64, ..Default::default() };
+        let mut stats = PairStats {
+            pairs: shared.len() as u64,
+            ..Default::default()
+        };
         for (&(la, lb), &n) in &shared {
-            let (sa, sb) = (size_a.get(&la).copied().unwrap_or(0), size_b.get(&lb).copied().unwrap_or(0));
+            let (sa, sb) = (
+                size_a.get(&la).copied().unwrap_or(0),
+                size_b.get(&lb).copied().unwrap_or(0),
+            );
             if self.rule.accepts(n, sa, sb) {
                 stats.accepted += 1;
                 let ka = self.key(a.tile.index, la)?;
@@ -246,7 +273,10 @@ impl Reconciler {
         if (0..3).any(|a| hi[a] > volume_shape[a]) {
             return Err(SegmentationError::InvalidParameter {
                 field: "tile core",
-                reason: format!("tile {} core ends at {hi:?}, outside the volume {volume_shape:?}", t.tile.index),
+                reason: format!(
+                    "tile {} core ends at {hi:?}, outside the volume {volume_shape:?}",
+                    t.tile.index
+                ),
             });
         }
         let mut last: Option<(u64, u64)> = None;
@@ -298,14 +328,22 @@ pub fn reconcile_in_memory(
             actual: tiles.len(),
         });
     }
-    let max_ids: Vec<u64> = tiles.iter().map(|t| t.iter().copied().max().unwrap_or(0)).collect();
+    let max_ids: Vec<u64> = tiles
+        .iter()
+        .map(|t| t.iter().copied().max().unwrap_or(0))
+        .collect();
     let mut rec = Reconciler::new(&max_ids, rule)?;
     let view = |i: usize| -> Result<TileLabels<'_>, SegmentationError> {
-        let tile = plan.tile(i).ok_or_else(|| SegmentationError::InvalidParameter {
-            field: "tile index",
-            reason: format!("expected < {}, found {i}", plan.len()),
-        })?;
-        Ok(TileLabels { tile, labels: &tiles[i] })
+        let tile = plan
+            .tile(i)
+            .ok_or_else(|| SegmentationError::InvalidParameter {
+                field: "tile index",
+                reason: format!("expected < {}, found {i}", plan.len()),
+            })?;
+        Ok(TileLabels {
+            tile,
+            labels: &tiles[i],
+        })
     };
     let mut summary = ReconcileSummary::default();
     for (i, j) in plan.overlapping_pairs() {
@@ -319,7 +357,10 @@ pub fn reconcile_in_memory(
     for i in 0..plan.len() {
         rec.paint_core(&view(i)?, plan.shape(), &mut out)?;
     }
-    summary.local_segments = tiles.iter().map(|t| relabel::segment_sizes(t).len() as u64).sum();
+    summary.local_segments = tiles
+        .iter()
+        .map(|t| relabel::segment_sizes(t).len() as u64)
+        .sum();
     summary.segments = relabel::relabel_first_appearance(&mut out);
     Ok((out, summary))
 }
@@ -365,11 +406,21 @@ mod tests {
                 *v = 0;
             }
         }
-        for (size, overlap) in [([12, 12, 12], [4, 4, 4]), ([16, 10, 26], [6, 3, 0]), ([30, 34, 26], [0, 0, 0])] {
+        for (size, overlap) in [
+            ([12, 12, 12], [4, 4, 4]),
+            ([16, 10, 26], [6, 3, 0]),
+            ([30, 34, 26], [0, 0, 0]),
+        ] {
             let plan = TilePlan::new(shape, size, overlap).unwrap();
-            let tiles: Vec<Vec<u64>> = plan.tiles().map(|t| cut(&truth, shape, &t, t.index as u64)).collect();
+            let tiles: Vec<Vec<u64>> = plan
+                .tiles()
+                .map(|t| cut(&truth, shape, &t, t.index as u64))
+                .collect();
             // Overlap boxes of one voxel are thin: accept any contact for this test.
-            let rule = MergeRule { min_overlap: 1, min_fraction: 0.5 };
+            let rule = MergeRule {
+                min_overlap: 1,
+                min_fraction: 0.5,
+            };
             let (got, summary) = reconcile_in_memory(&plan, &tiles, rule).unwrap();
             let mut want = truth.clone();
             let n = relabel_first_appearance(&mut want);
@@ -393,10 +444,34 @@ mod tests {
         let a: Vec<u64> = (0..80).map(|i| if i / 8 < 5 { 1 } else { 2 }).collect();
         // Tile 1: segment 1 covers rows 0..6 (one row of 2 leaks in: 4 voxels of contact),
         // rows 6..10 are split into segments 2 (x < 6) and 3.
-        let b: Vec<u64> = (0..80).map(|i| if i / 8 < 6 { 1 } else if i % 8 < 2 { 2 } else { 3 }).collect();
-        let rule = MergeRule { min_overlap: 5, min_fraction: 0.5 };
+        let b: Vec<u64> = (0..80)
+            .map(|i| {
+                if i / 8 < 6 {
+                    1
+                } else if i % 8 < 2 {
+                    2
+                } else {
+                    3
+                }
+            })
+            .collect();
+        let rule = MergeRule {
+            min_overlap: 5,
+            min_fraction: 0.5,
+        };
         let mut rec = Reconciler::new(&[2, 3], rule).unwrap();
-        let s = rec.observe(&TileLabels { tile: t0, labels: &a }, &TileLabels { tile: t1, labels: &b }).unwrap();
+        let s = rec
+            .observe(
+                &TileLabels {
+                    tile: t0,
+                    labels: &a,
+                },
+                &TileLabels {
+                    tile: t1,
+                    labels: &b,
+                },
+            )
+            .unwrap();
         // Pairs in the overlap: (1,1) 20 voxels, (2,1) 4, (2,2) 8, (2,3) 8.
         assert_eq!(s.pairs, 4);
         assert_eq!(s.accepted, 3, "{s:?}");
@@ -407,8 +482,26 @@ mod tests {
         assert_ne!(g(&mut rec, 0, 1), g(&mut rec, 0, 2));
         assert_eq!(g(&mut rec, 1, 0), 0);
         // With a low absolute threshold and no fraction, the 4-voxel contact merges everything.
-        let mut loose = Reconciler::new(&[2, 3], MergeRule { min_overlap: 1, min_fraction: 0.0 }).unwrap();
-        loose.observe(&TileLabels { tile: t0, labels: &a }, &TileLabels { tile: t1, labels: &b }).unwrap();
+        let mut loose = Reconciler::new(
+            &[2, 3],
+            MergeRule {
+                min_overlap: 1,
+                min_fraction: 0.0,
+            },
+        )
+        .unwrap();
+        loose
+            .observe(
+                &TileLabels {
+                    tile: t0,
+                    labels: &a,
+                },
+                &TileLabels {
+                    tile: t1,
+                    labels: &b,
+                },
+            )
+            .unwrap();
         assert_eq!(g(&mut loose, 0, 1), g(&mut loose, 0, 2));
     }
 
@@ -418,12 +511,51 @@ mod tests {
         let t0 = plan.tile(0).unwrap();
         let mut rec = Reconciler::new(&[1, 1], MergeRule::default()).unwrap();
         let short = [1u64; 5];
-        let e = rec.observe(&TileLabels { tile: t0, labels: &short }, &TileLabels { tile: t0, labels: &short });
-        assert!(matches!(e, Err(SegmentationError::LengthMismatch { expected: 24, actual: 5, .. })), "{e:?}");
+        let e = rec.observe(
+            &TileLabels {
+                tile: t0,
+                labels: &short,
+            },
+            &TileLabels {
+                tile: t0,
+                labels: &short,
+            },
+        );
+        assert!(
+            matches!(
+                e,
+                Err(SegmentationError::LengthMismatch {
+                    expected: 24,
+                    actual: 5,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
         let high = [3u64; 24];
-        let e = rec.observe(&TileLabels { tile: t0, labels: &high }, &TileLabels { tile: plan.tile(1).unwrap(), labels: &high });
-        assert!(e.unwrap_err().to_string().contains("id 3 is above the tile's max id 1"));
-        let e = Reconciler::new(&[1], MergeRule { min_overlap: 1, min_fraction: 1.5 }).unwrap_err();
+        let e = rec.observe(
+            &TileLabels {
+                tile: t0,
+                labels: &high,
+            },
+            &TileLabels {
+                tile: plan.tile(1).unwrap(),
+                labels: &high,
+            },
+        );
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("id 3 is above the tile's max id 1")
+        );
+        let e = Reconciler::new(
+            &[1],
+            MergeRule {
+                min_overlap: 1,
+                min_fraction: 1.5,
+            },
+        )
+        .unwrap_err();
         assert!(e.to_string().starts_with("min_fraction:"), "{e}");
         assert!(reconcile_in_memory(&plan, &[vec![0; 24]], MergeRule::default()).is_err());
     }

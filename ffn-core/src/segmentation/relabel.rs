@@ -100,6 +100,9 @@ mod tests {
         let old = relabel_sequential(&mut a);
         assert_eq!(old, vec![3, 7, u64::MAX]);
         assert_eq!(a, vec![2, 2, 0, 1, 3, 1]);
-        assert_eq!(segment_sizes(&a).into_iter().collect::<Vec<_>>(), vec![(1, 2), (2, 2), (3, 1)]);
+        assert_eq!(
+            segment_sizes(&a).into_iter().collect::<Vec<_>>(),
+            vec![(1, 2), (2, 2), (3, 1)]
+        );
     }
 }

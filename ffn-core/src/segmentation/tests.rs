@@ -63,10 +63,16 @@ impl Predictor for Oracle {
 fn flood(image: &[f32], shape: [usize; 3], fov: [usize; 3]) -> Vec<u64> {
     // Moves of one voxel and seeds everywhere, even next to other segments: every part of an
     // object with room for one FOV centre is found and filled completely.
-    let opts = InferenceOptions { min_segment_size: 1, min_boundary_dist: [0; 3], ..Default::default() };
+    let opts = InferenceOptions {
+        min_segment_size: 1,
+        min_boundary_dist: [0; 3],
+        ..Default::default()
+    };
     let mut canvas = Canvas::new(image, shape, fov, [1, 1, 1], opts).unwrap();
     let seeds = policy_grid(shape, 1, &[0]);
-    canvas.segment_all(&seeds, &mut Oracle { fov }, &|| 0.0, &mut |_| {}).unwrap();
+    canvas
+        .segment_all(&seeds, &mut Oracle { fov }, &|| 0.0, &mut |_| {})
+        .unwrap();
     canvas.segmentation()
 }
 
@@ -92,11 +98,22 @@ fn tiled_oracle_flood_fill_equals_the_untiled_run() {
     let mut want = truth.clone();
     assert_eq!(relabel_first_appearance(&mut want), n);
     assert!(n >= 20, "only {n} boxes");
-    assert!(untiled == want, "the untiled oracle run should recover the boxes");
-    for (size, overlap) in [([20, 20, 20], [8, 8, 8]), ([18, 24, 16], [7, 9, 7]), ([36, 16, 32], [0, 7, 0])] {
+    assert!(
+        untiled == want,
+        "the untiled oracle run should recover the boxes"
+    );
+    for (size, overlap) in [
+        ([20, 20, 20], [8, 8, 8]),
+        ([18, 24, 16], [7, 9, 7]),
+        ([36, 16, 32], [0, 7, 0]),
+    ] {
         let plan = TilePlan::new(shape, size, overlap).unwrap();
-        let tiles: Vec<Vec<u64>> = plan.tiles().map(|t| flood(&cut(&image, shape, &t), t.shape, fov)).collect();
-        let (got, summary) = reconcile::reconcile_in_memory(&plan, &tiles, MergeRule::default()).unwrap();
+        let tiles: Vec<Vec<u64>> = plan
+            .tiles()
+            .map(|t| flood(&cut(&image, shape, &t), t.shape, fov))
+            .collect();
+        let (got, summary) =
+            reconcile::reconcile_in_memory(&plan, &tiles, MergeRule::default()).unwrap();
         assert!(plan.len() > 1);
         assert_eq!(summary.segments, n, "{size:?} {overlap:?}: {summary:?}");
         assert!(got == untiled, "{size:?} {overlap:?}");

@@ -75,7 +75,11 @@ fn axis_starts(len: usize, size: usize, step: usize) -> Vec<usize> {
 impl TilePlan {
     /// A plan for a volume of `shape` with tiles of `size` overlapping by `overlap` (all `[z, y, x]`).
     /// Sizes larger than the volume are clipped to it.
-    pub fn new(shape: [usize; 3], size: [usize; 3], overlap: [usize; 3]) -> Result<Self, SegmentationError> {
+    pub fn new(
+        shape: [usize; 3],
+        size: [usize; 3],
+        overlap: [usize; 3],
+    ) -> Result<Self, SegmentationError> {
         if shape.contains(&0) {
             return Err(SegmentationError::InvalidParameter {
                 field: "volume shape",
@@ -110,7 +114,13 @@ impl TilePlan {
             b.push(shape[a]);
             bounds[a] = b;
         }
-        Ok(Self { shape, size, overlap, starts, bounds })
+        Ok(Self {
+            shape,
+            size,
+            overlap,
+            starts,
+            bounds,
+        })
     }
 
     /// The volume shape.
@@ -222,12 +232,21 @@ mod tests {
                     for t in plan.tiles() {
                         for a in 0..3 {
                             assert!(t.end()[a] <= shape[a]);
-                            assert!(t.origin[a] <= t.core_lo[a] && t.core_hi[a] <= t.end()[a], "{t:?}");
+                            assert!(
+                                t.origin[a] <= t.core_lo[a] && t.core_hi[a] <= t.end()[a],
+                                "{t:?}"
+                            );
                             if t.core_lo[a] > 0 {
-                                assert!(t.core_lo[a] - t.origin[a] >= plan.overlap()[a] / 2, "{t:?}");
+                                assert!(
+                                    t.core_lo[a] - t.origin[a] >= plan.overlap()[a] / 2,
+                                    "{t:?}"
+                                );
                             }
                             if t.core_hi[a] < shape[a] {
-                                assert!(t.end()[a] - t.core_hi[a] >= plan.overlap()[a] / 2, "{t:?}");
+                                assert!(
+                                    t.end()[a] - t.core_hi[a] >= plan.overlap()[a] / 2,
+                                    "{t:?}"
+                                );
                             }
                         }
                         for z in t.origin[0]..t.end()[0] {
@@ -266,12 +285,23 @@ mod tests {
         assert_eq!(plan.grid_shape(), [3, 1, 1]);
         assert_eq!(plan.tile_size(), [40, 1, 1]);
         let t: Vec<Tile> = plan.tiles().collect();
-        assert_eq!(t.iter().map(|t| t.origin[0]).collect::<Vec<_>>(), vec![0, 30, 60]);
-        assert_eq!(t.iter().map(|t| (t.core_lo[0], t.core_hi[0])).collect::<Vec<_>>(), vec![(0, 35), (35, 65), (65, 100)]);
+        assert_eq!(
+            t.iter().map(|t| t.origin[0]).collect::<Vec<_>>(),
+            vec![0, 30, 60]
+        );
+        assert_eq!(
+            t.iter()
+                .map(|t| (t.core_lo[0], t.core_hi[0]))
+                .collect::<Vec<_>>(),
+            vec![(0, 35), (35, 65), (65, 100)]
+        );
         assert_eq!(plan.overlapping_pairs(), vec![(0, 1), (1, 2)]);
         // The last tile is moved back to end at the edge: 0, 30, 50 for 90 voxels.
         let plan = TilePlan::new([90, 1, 1], [40, 1, 1], [10, 0, 0]).unwrap();
-        assert_eq!(plan.tiles().map(|t| t.origin[0]).collect::<Vec<_>>(), vec![0, 30, 50]);
+        assert_eq!(
+            plan.tiles().map(|t| t.origin[0]).collect::<Vec<_>>(),
+            vec![0, 30, 50]
+        );
         assert_eq!(plan.tile(3), None);
     }
 
@@ -285,11 +315,20 @@ mod tests {
 
     #[test]
     fn bad_parameters_are_named() {
-        let e = TilePlan::new([10, 10, 10], [4, 4, 4], [4, 1, 1]).unwrap_err().to_string();
-        assert!(e.starts_with("tile_overlap:") && e.contains("[4, 1, 1]"), "{e}");
-        let e = TilePlan::new([10, 10, 10], [4, 0, 4], [1, 1, 1]).unwrap_err().to_string();
+        let e = TilePlan::new([10, 10, 10], [4, 4, 4], [4, 1, 1])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("tile_overlap:") && e.contains("[4, 1, 1]"),
+            "{e}"
+        );
+        let e = TilePlan::new([10, 10, 10], [4, 0, 4], [1, 1, 1])
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("tile_size:"), "{e}");
-        let e = TilePlan::new([0, 10, 10], [4, 4, 4], [1, 1, 1]).unwrap_err().to_string();
+        let e = TilePlan::new([0, 10, 10], [4, 4, 4], [1, 1, 1])
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("volume shape:"), "{e}");
         // An overlap as large as an axis that needs no second tile is fine.
         assert!(TilePlan::new([4, 10, 10], [4, 5, 5], [9, 1, 1]).is_ok());

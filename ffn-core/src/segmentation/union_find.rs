@@ -17,7 +17,11 @@ pub struct UnionFind {
 impl UnionFind {
     /// `n` singleton sets.
     pub fn new(n: usize) -> Self {
-        Self { parent: (0..n).collect(), size: alloc::vec![1; n], min: (0..n).collect() }
+        Self {
+            parent: (0..n).collect(),
+            size: alloc::vec![1; n],
+            min: (0..n).collect(),
+        }
     }
 
     /// Number of elements.
@@ -99,7 +103,14 @@ mod tests {
                 let pairs: Vec<(usize, usize)> = if n == 0 {
                     Vec::new()
                 } else {
-                    (0..n).map(|_| ((rng.next_f64() * n as f64) as usize, (rng.next_f64() * n as f64) as usize)).collect()
+                    (0..n)
+                        .map(|_| {
+                            (
+                                (rng.next_f64() * n as f64) as usize,
+                                (rng.next_f64() * n as f64) as usize,
+                            )
+                        })
+                        .collect()
                 };
                 let mut uf = UnionFind::new(n);
                 for &(a, b) in &pairs {
@@ -109,7 +120,10 @@ mod tests {
                 let got: Vec<usize> = (0..n).map(|i| uf.min_member(i)).collect();
                 assert_eq!(got, want, "n {n} pairs {pairs:?}");
                 for i in 0..n {
-                    assert_eq!(uf.set_size(i), want.iter().filter(|&&c| c == want[i]).count());
+                    assert_eq!(
+                        uf.set_size(i),
+                        want.iter().filter(|&&c| c == want[i]).count()
+                    );
                 }
             }
         }
