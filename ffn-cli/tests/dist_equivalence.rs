@@ -14,24 +14,47 @@ const STEPS: u64 = 4;
 const BATCH: usize = 2;
 
 fn common(dir: &Path) -> Vec<String> {
-    with(&set(&prepare(dir), "--deltas", "0,0,0"), &["--max-steps", &STEPS.to_string(), "--lr-scaling", "none"])
+    with(
+        &set(&prepare(dir), "--deltas", "0,0,0"),
+        &["--max-steps", &STEPS.to_string(), "--lr-scaling", "none"],
+    )
 }
 
 /// One rank with batch n*b: the reference.
 fn reference(dir: &Path, base: &[String], n: usize) -> ffn_io::checkpoint::Checkpoint {
     let (p, s) = out_dir(dir, &format!("ref{n}"));
-    ok(&run(ffn(&with(base, &["--out", &s, "--batch-size", &(n * BATCH).to_string()])), LIMIT), "reference");
+    ok(
+        &run(
+            ffn(&with(
+                base,
+                &["--out", &s, "--batch-size", &(n * BATCH).to_string()],
+            )),
+            LIMIT,
+        ),
+        "reference",
+    );
     checkpoint(&p, STEPS)
 }
 
 /// Compares a distributed run with the reference and returns its parameters.
-fn check(name: &str, dist: &ffn_io::checkpoint::Checkpoint, reference: &ffn_io::checkpoint::Checkpoint) -> Vec<f32> {
+fn check(
+    name: &str,
+    dist: &ffn_io::checkpoint::Checkpoint,
+    reference: &ffn_io::checkpoint::Checkpoint,
+) -> Vec<f32> {
     assert_eq!(dist.step, STEPS);
     let rel = rel_dist(&dist.params, &reference.params);
     eprintln!("{name}: relative distance to one rank of batch N*b: {rel:.3e}");
-    assert!(rel <= 1e-5, "{name}: parameters differ from the single-rank run by {rel:e} (relative)");
+    assert!(
+        rel <= 1e-5,
+        "{name}: parameters differ from the single-rank run by {rel:e} (relative)"
+    );
     let opt = |c: &ffn_io::checkpoint::Checkpoint| -> Vec<(String, Vec<f32>)> {
-        c.optimizer.iter().filter(|(n, _)| !n.starts_with("trainer_state")).cloned().collect()
+        c.optimizer
+            .iter()
+            .filter(|(n, _)| !n.starts_with("trainer_state"))
+            .cloned()
+            .collect()
     };
     let (a, b) = (opt(dist), opt(reference));
     assert_eq!(a.len(), 1, "momentum keeps one buffer");
@@ -39,16 +62,40 @@ fn check(name: &str, dist: &ffn_io::checkpoint::Checkpoint, reference: &ffn_io::
     // The velocity is a sum of raw gradients, whose summation order differs between one batch of
     // N*b and N averaged batches of b: a looser bound than for the weights.
     let rel_m = rel_dist(&a[0].1, &b[0].1);
-    assert!(rel_m <= 1e-4, "{name}: optimiser state differs by {rel_m:e}");
+    assert!(
+        rel_m <= 1e-4,
+        "{name}: optimiser state differs by {rel_m:e}"
+    );
     // The weights moved: the comparison is not between two untrained networks.
-    assert!(reference.params.iter().zip(&dist.params).any(|(a, _)| *a != 0.0));
+    assert!(
+        reference
+            .params
+            .iter()
+            .zip(&dist.params)
+            .any(|(a, _)| *a != 0.0)
+    );
     dist.params.clone()
 }
 
 fn local_run(dir: &Path, base: &[String], n: usize) -> ffn_io::checkpoint::Checkpoint {
     let (p, s) = out_dir(dir, &format!("local{n}"));
-    let args = with(base, &["--out", &s, "--batch-size", &BATCH.to_string(), "--comm", "local", "--ranks", &n.to_string()]);
-    ok(&run(ffn(&args), LIMIT), &format!("--comm local --ranks {n}"));
+    let args = with(
+        base,
+        &[
+            "--out",
+            &s,
+            "--batch-size",
+            &BATCH.to_string(),
+            "--comm",
+            "local",
+            "--ranks",
+            &n.to_string(),
+        ],
+    );
+    ok(
+        &run(ffn(&args), LIMIT),
+        &format!("--comm local --ranks {n}"),
+    );
     checkpoint(&p, STEPS)
 }
 
@@ -61,14 +108,31 @@ fn local_and_shm_ranks_match_one_big_batch_and_each_other_bitwise() {
         let local = local_run(dir.path(), &base, n);
         let local_p = check(&format!("local x{n}"), &local, &r);
         let (p, s) = out_dir(dir.path(), &format!("shm{n}"));
-        let args = with(&base, &["--out", &s, "--batch-size", &BATCH.to_string(), "--comm", "shm"]);
-        ok(&run(launch(n, &args), LIMIT), &format!("ffn launch -n {n} -- train --comm shm"));
+        let args = with(
+            &base,
+            &[
+                "--out",
+                &s,
+                "--batch-size",
+                &BATCH.to_string(),
+                "--comm",
+                "shm",
+            ],
+        );
+        ok(
+            &run(launch(n, &args), LIMIT),
+            &format!("ffn launch -n {n} -- train --comm shm"),
+        );
         let shm = checkpoint(&p, STEPS);
         let shm_p = check(&format!("shm x{n}"), &shm, &r);
         assert_bitwise(&shm_p, &local_p, &format!("shm vs local, {n} ranks"));
         // Rank 0 alone wrote: one log, one curve; every rank's example state is in the checkpoint.
         assert!(p.join("train_log.csv").exists() && p.join("training_curve.png").exists());
-        let states = shm.optimizer.iter().filter(|(n, _)| n.starts_with("trainer_state")).count();
+        let states = shm
+            .optimizer
+            .iter()
+            .filter(|(n, _)| n.starts_with("trainer_state"))
+            .count();
         assert_eq!(states, n);
     }
 }
@@ -78,12 +142,29 @@ fn overlap_bucket_size_and_backend_do_not_change_a_bit() {
     let dir = tempfile::tempdir().unwrap();
     let base = common(dir.path());
     let local = local_run(dir.path(), &base, 2);
-    for extra in [vec!["--no-overlap"], vec!["--bucket-kib", "0"], vec!["--bucket-kib", "100000"]] {
+    for extra in [
+        vec!["--no-overlap"],
+        vec!["--bucket-kib", "0"],
+        vec!["--bucket-kib", "100000"],
+    ] {
         let (p, s) = out_dir(dir.path(), &format!("v{}", extra.join("")));
-        let mut e = vec!["--out", s.as_str(), "--batch-size", "2", "--comm", "local", "--ranks", "2"];
+        let mut e = vec![
+            "--out",
+            s.as_str(),
+            "--batch-size",
+            "2",
+            "--comm",
+            "local",
+            "--ranks",
+            "2",
+        ];
         e.extend(extra.iter().copied());
         ok(&run(ffn(&with(&base, &e)), LIMIT), &format!("{extra:?}"));
-        assert_bitwise(&checkpoint(&p, STEPS).params, &local.params, &format!("{extra:?}"));
+        assert_bitwise(
+            &checkpoint(&p, STEPS).params,
+            &local.params,
+            &format!("{extra:?}"),
+        );
     }
 }
 
@@ -96,8 +177,21 @@ fn zmq_ranks_match_one_big_batch() {
         let r = reference(dir.path(), &base, n);
         let local = local_run(dir.path(), &base, n);
         let (p, s) = out_dir(dir.path(), &format!("zmq{n}"));
-        let args = with(&base, &["--out", &s, "--batch-size", &BATCH.to_string(), "--comm", "zmq"]);
-        ok(&run(launch(n, &args), LIMIT), &format!("ffn launch -n {n} -- train --comm zmq"));
+        let args = with(
+            &base,
+            &[
+                "--out",
+                &s,
+                "--batch-size",
+                &BATCH.to_string(),
+                "--comm",
+                "zmq",
+            ],
+        );
+        ok(
+            &run(launch(n, &args), LIMIT),
+            &format!("ffn launch -n {n} -- train --comm zmq"),
+        );
         let zp = check(&format!("zmq x{n}"), &checkpoint(&p, STEPS), &r);
         assert_bitwise(&zp, &local.params, &format!("zmq vs local, {n} ranks"));
     }

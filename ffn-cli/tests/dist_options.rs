@@ -19,17 +19,58 @@ fn lr_column(out: &std::path::Path) -> Vec<f64> {
 #[test]
 fn learning_rate_scales_with_ranks_after_warmup_and_the_timeline_shows_every_phase() {
     let dir = tempfile::tempdir().unwrap();
-    let base = with(&prepare(dir.path()), &["--batch-size", "1", "--report-every", "1", "--max-steps", "4"]);
+    let base = with(
+        &set(&prepare(dir.path()), "--report-every", "1"),
+        &["--batch-size", "1", "--max-steps", "4"],
+    );
     let (o, so) = out_dir(dir.path(), "lin");
     let trace = dir.path().join("trace.json");
     let t = trace.display().to_string();
-    let args = ["--out", &so, "--comm", "local", "--ranks", "2", "--lr-scaling-warmup", "2", "--timeline", &t, "--timeline-steps", "3", "--bucket-kib", "0"];
+    let args = [
+        "--out",
+        &so,
+        "--comm",
+        "local",
+        "--ranks",
+        "2",
+        "--lr-scaling-warmup",
+        "2",
+        "--timeline",
+        &t,
+        "--timeline-steps",
+        "3",
+        "--bucket-kib",
+        "0",
+    ];
     ok(&run(ffn(&with(&base, &args)), LIMIT), "linear");
     let lr = lr_column(&o);
     let want = [0.01, 0.015, 0.02, 0.02];
-    assert!(lr.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-9), "{lr:?}");
+    assert!(
+        lr.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-9),
+        "{lr:?}"
+    );
     let (o, so) = out_dir(dir.path(), "sqrt");
-    ok(&run(ffn(&with(&base, &["--out", &so, "--comm", "local", "--ranks", "4", "--lr-scaling", "sqrt", "--lr-scaling-warmup", "0"])), LIMIT), "sqrt");
+    ok(
+        &run(
+            ffn(&with(
+                &base,
+                &[
+                    "--out",
+                    &so,
+                    "--comm",
+                    "local",
+                    "--ranks",
+                    "4",
+                    "--lr-scaling",
+                    "sqrt",
+                    "--lr-scaling-warmup",
+                    "0",
+                ],
+            )),
+            LIMIT,
+        ),
+        "sqrt",
+    );
     assert!(lr_column(&o).iter().all(|a| (a - 0.02).abs() < 1e-9));
 
     // The trace: both ranks, steps 0..3, one allreduce per layer (5 layers at depth 2, bucket 0).
@@ -38,14 +79,26 @@ fn learning_rate_scales_with_ranks_after_warmup_and_the_timeline_shows_every_pha
     let x: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "X").collect();
     for rank in 0..2 {
         for name in ["prepare", "forward", "backward", "wait", "optimizer"] {
-            let n = x.iter().filter(|e| e["pid"] == rank && e["name"] == name).count();
+            let n = x
+                .iter()
+                .filter(|e| e["pid"] == rank && e["name"] == name)
+                .count();
             assert_eq!(n, 3, "rank {rank}: {name} events");
         }
-        let ar: Vec<&&Value> = x.iter().filter(|e| e["pid"] == rank && e["name"] == "allreduce").collect();
+        let ar: Vec<&&Value> = x
+            .iter()
+            .filter(|e| e["pid"] == rank && e["name"] == "allreduce")
+            .collect();
         assert_eq!(ar.len(), 3 * 5, "rank {rank}: allreduce events");
-        assert!(ar.iter().all(|e| e["tid"] == 1 && e["args"]["bytes"].as_u64().unwrap() > 0));
+        assert!(
+            ar.iter()
+                .all(|e| e["tid"] == 1 && e["args"]["bytes"].as_u64().unwrap() > 0)
+        );
     }
-    assert!(x.iter().all(|e| e["args"]["step"].as_u64().unwrap() < 3 && e["dur"].as_f64().unwrap() >= 0.0));
+    assert!(
+        x.iter()
+            .all(|e| e["args"]["step"].as_u64().unwrap() < 3 && e["dur"].as_f64().unwrap() >= 0.0)
+    );
     assert_eq!(doc["otherData"]["ranks"], 2);
 }
 
@@ -63,7 +116,10 @@ fn rank_cmd(rank: usize, n: usize, port: u16, shm: &str, args: &[String]) -> Com
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
 }
 
 #[test]
@@ -80,9 +136,22 @@ fn ranks_with_different_arguments_fail_naming_the_field_instead_of_hanging() {
         let children: Vec<_> = (0..2)
             .map(|r| {
                 let lr = if r == 0 { "0.01" } else { "0.03" };
-                let args = with(&base, &["--out", &so, "--max-steps", "3", "--comm", backend, "--comm-timeout", "20", "--learning-rate", lr]);
+                let args = with(
+                    &set(&base, "--learning-rate", lr),
+                    &[
+                        "--out",
+                        &so,
+                        "--max-steps",
+                        "3",
+                        "--comm",
+                        backend,
+                        "--comm-timeout",
+                        "20",
+                    ],
+                );
                 let mut c = rank_cmd(r, 2, port, &shm, &args);
-                c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+                c.stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped());
                 c.spawn().unwrap()
             })
             .collect();
@@ -90,7 +159,8 @@ fn ranks_with_different_arguments_fail_naming_the_field_instead_of_hanging() {
             let f = finish(c, LIMIT, &format!("{backend} rank {r}"));
             assert_ne!(f.code, 0, "{backend} rank {r} should fail");
             assert!(
-                f.stderr.contains("config.learning_rate: rank 0 has \"0.01\", rank 1 has \"0.03\""),
+                f.stderr
+                    .contains("config.learning_rate: rank 0 has \"0.01\", rank 1 has \"0.03\""),
                 "{backend} rank {r}: {}",
                 f.stderr
             );
@@ -105,9 +175,15 @@ fn bad_data_parallel_options_are_named() {
     let (_, so) = out_dir(dir.path(), "x");
     for (extra, want) in [
         (vec!["--ranks", "2"], "--ranks 2 needs --comm local"),
-        (vec!["--comm", "shm", "--ranks", "2"], "only for --comm local"),
+        (
+            vec!["--comm", "shm", "--ranks", "2"],
+            "only for --comm local",
+        ),
         (vec!["--comm", "nccl"], "unknown communicator backend"),
-        (vec!["--comm", "local", "--ranks", "2", "--comm-timeout", "-1"], "--comm-timeout"),
+        (
+            vec!["--comm", "local", "--ranks", "2", "--comm-timeout=-1"],
+            "--comm-timeout",
+        ),
     ] {
         let mut e = vec!["--out", so.as_str(), "--max-steps", "1"];
         e.extend(extra.iter().copied());

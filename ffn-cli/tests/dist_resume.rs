@@ -9,7 +9,10 @@ use std::path::Path;
 
 fn common(dir: &Path) -> Vec<String> {
     // Deltas 2: examples span several steps, so the per-rank example states matter on resume.
-    with(&prepare(dir), &["--batch-size", "2", "--checkpoint-every", "3"])
+    with(
+        &prepare(dir),
+        &["--batch-size", "2", "--checkpoint-every", "3"],
+    )
 }
 
 fn train(base: &[String], out: &str, extra: &[&str]) -> Finished {
@@ -26,9 +29,29 @@ fn resume_on_the_same_number_of_ranks_is_bitwise_exact() {
     let base = common(dir.path());
     let (a, sa) = out_dir(dir.path(), "a");
     let (b, sb) = out_dir(dir.path(), "b");
-    train(&base, &sa, &["--max-steps", "8", "--comm", "local", "--ranks", "2"]);
-    train(&base, &sb, &["--max-steps", "4", "--comm", "local", "--ranks", "2"]);
-    train(&base, &sb, &["--max-steps", "8", "--comm", "local", "--ranks", "2", "--resume"]);
+    train(
+        &base,
+        &sa,
+        &["--max-steps", "8", "--comm", "local", "--ranks", "2"],
+    );
+    train(
+        &base,
+        &sb,
+        &["--max-steps", "4", "--comm", "local", "--ranks", "2"],
+    );
+    train(
+        &base,
+        &sb,
+        &[
+            "--max-steps",
+            "8",
+            "--comm",
+            "local",
+            "--ranks",
+            "2",
+            "--resume",
+        ],
+    );
     let (ca, cb) = (checkpoint(&a, 8), checkpoint(&b, 8));
     assert_bitwise(&cb.params, &ca.params, "weights after resume");
     assert_eq!(ca.optimizer.len(), cb.optimizer.len());
@@ -54,21 +77,76 @@ fn resume_on_another_number_of_ranks_continues_from_the_same_weights() {
     let dir = tempfile::tempdir().unwrap();
     let base = common(dir.path());
     let (o, so) = out_dir(dir.path(), "o");
-    train(&base, &so, &["--max-steps", "3", "--comm", "local", "--ranks", "2"]);
+    train(
+        &base,
+        &so,
+        &["--max-steps", "3", "--comm", "local", "--ranks", "2"],
+    );
     let c3 = checkpoint(&o, 3);
-    // 2 -> 3 ranks.
-    let f = train(&base, &so, &["--max-steps", "6", "--comm", "local", "--ranks", "3", "--resume"]);
-    assert!(f.stderr.contains("resuming a 2-rank checkpoint on 3 ranks"), "{}", f.stderr);
-    let c6 = checkpoint(&o, 6);
-    assert_eq!(c6.training_config["distributed"]["world_size"], 3);
-    assert_eq!(c6.optimizer.iter().filter(|(n, _)| n.starts_with("trainer_state")).count(), 3);
-    assert!(rel_dist(&c6.params, &c3.params) > 0.0, "training went on");
-    assert!(rel_dist(&c6.params, &c3.params) < 0.5, "from the saved weights, not a fresh start");
+    // 2 -> 3 ranks, one step: with momentum, p4 = p3 - lr * v4 exactly, so the step started from
+    // the saved weights (lr: 0.01 x the linear rank factor at step 3 of a 2000-step warm-up).
+    let f = train(
+        &base,
+        &so,
+        &[
+            "--max-steps",
+            "4",
+            "--comm",
+            "local",
+            "--ranks",
+            "3",
+            "--resume",
+        ],
+    );
+    assert!(
+        f.stderr.contains("resuming a 2-rank checkpoint on 3 ranks"),
+        "{}",
+        f.stderr
+    );
+    let c4 = checkpoint(&o, 4);
+    assert_eq!(c4.training_config["distributed"]["world_size"], 3);
+    assert_eq!(
+        c4.optimizer
+            .iter()
+            .filter(|(n, _)| n.starts_with("trainer_state"))
+            .count(),
+        3
+    );
+    let lr = (0.01f32 as f64 * (1.0 + 2.0 * 3.0 / 2000.0)) as f32;
+    let v4 = &c4
+        .optimizer
+        .iter()
+        .find(|(n, _)| n.ends_with("velocity"))
+        .expect("velocity")
+        .1;
+    let replay: Vec<f32> = c3.params.iter().zip(v4).map(|(p, v)| p - lr * v).collect();
+    assert_bitwise(&c4.params, &replay, "step 4 from the step-3 weights");
+    assert!(rel_dist(&c4.params, &c3.params) > 0.0, "training went on");
     // 3 -> 1 rank (no --comm), then 1 -> 2 ranks over shm processes.
-    train(&base, &so, &["--max-steps", "9", "--resume"]);
-    let c9 = checkpoint(&o, 9);
-    assert!(c9.training_config.get("distributed").is_none());
-    let f = run(launch(2, &with(&base, &["--out", &so, "--max-steps", "12", "--comm", "shm", "--resume"])), LIMIT);
+    train(&base, &so, &["--max-steps", "6", "--resume"]);
+    let c6 = checkpoint(&o, 6);
+    assert!(c6.training_config.get("distributed").is_none());
+    let f = run(
+        launch(
+            2,
+            &with(
+                &base,
+                &[
+                    "--out",
+                    &so,
+                    "--max-steps",
+                    "8",
+                    "--comm",
+                    "shm",
+                    "--resume",
+                ],
+            ),
+        ),
+        LIMIT,
+    );
     ok(&f, "1 -> 2 ranks over shm");
-    assert_eq!(checkpoint(&o, 12).training_config["distributed"]["world_size"], 2);
+    assert_eq!(
+        checkpoint(&o, 8).training_config["distributed"]["world_size"],
+        2
+    );
 }

@@ -13,19 +13,31 @@ use serde_json::Value;
 const FFN: &str = env!("CARGO_BIN_EXE_ffn");
 
 fn ffn(args: &[&str], cwd: &Path) -> Output {
-    Command::new(FFN).args(args).current_dir(cwd).output().expect("ffn runs")
+    Command::new(FFN)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("ffn runs")
 }
 
 fn ok(args: &[&str], cwd: &Path) -> String {
     let o = ffn(args, cwd);
-    assert!(o.status.success(), "ffn {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "ffn {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 fn fails(args: &[&str], cwd: &Path) -> String {
     let o = ffn(args, cwd);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(1), "ffn {args:?}: expected exit 1, stderr: {err}");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "ffn {args:?}: expected exit 1, stderr: {err}"
+    );
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
     assert_eq!(lines.len(), 1, "one error line expected: {err}");
     lines[0].to_string()
@@ -34,9 +46,18 @@ fn fails(args: &[&str], cwd: &Path) -> String {
 /// A depth-1 network whose weights are all zero and whose final bias is `bias`: it predicts
 /// `seed + bias` everywhere.
 fn constant_model(dir: &Path, name: &str, bias: f32) -> String {
-    let model = ModelConfig { depth: 1, features: 4, fov: [9, 9, 9], deltas: [2, 2, 2] };
+    let model = ModelConfig {
+        depth: 1,
+        features: 4,
+        fov: [9, 9, 9],
+        deltas: [2, 2, 2],
+    };
     let mut params = vec![0f32; model.num_params()];
-    let lom = model.param_specs().into_iter().find(|p| p.name == "conv_lom/biases").expect("conv_lom bias");
+    let lom = model
+        .param_specs()
+        .into_iter()
+        .find(|p| p.name == "conv_lom/biases")
+        .expect("conv_lom bias");
     params[lom.offset] = bias;
     let ck = Checkpoint {
         model,
@@ -52,7 +73,12 @@ fn constant_model(dir: &Path, name: &str, bias: f32) -> String {
 }
 
 fn setup(dir: &Path) {
-    let v = generate(&SynthConfig { shape: [32, 36, 40], neurites: 10, ..SynthConfig::default() }).expect("synth");
+    let v = generate(&SynthConfig {
+        shape: [32, 36, 40],
+        neurites: 10,
+        ..SynthConfig::default()
+    })
+    .expect("synth");
     let data = dir.join("data.h5");
     write_image_u8(&VolumeSpec::new(&data, "raw"), &v.image).expect("raw written");
     write_labels(&VolumeSpec::new(&data, "labels"), &v.labels).expect("labels written");
@@ -69,8 +95,25 @@ fn infer_then_eval_with_a_flooding_model() {
     setup(d);
     let ck = constant_model(d, "flood.safetensors", 6.0);
     let out = ok(
-        &["infer", "--image", "data.h5:raw", "--checkpoint", &ck, "--out", "seg.h5:seg", "--min-segment-size", "10",
-          "--seed-policy", "grid", "--grid-step", "8", "--prob-out", "seg.h5:prob", "--quiet", "--json"],
+        &[
+            "infer",
+            "--image",
+            "data.h5:raw",
+            "--checkpoint",
+            &ck,
+            "--out",
+            "seg.h5:seg",
+            "--min-segment-size",
+            "10",
+            "--seed-policy",
+            "grid",
+            "--grid-step",
+            "8",
+            "--prob-out",
+            "seg.h5:prob",
+            "--quiet",
+            "--json",
+        ],
         d,
     );
     let s = json(&out);
@@ -78,14 +121,23 @@ fn infer_then_eval_with_a_flooding_model() {
     // to face corners, so several floods are needed to cover the volume.
     let n = s["segments"].as_u64().unwrap();
     assert!(n >= 1, "{s}");
-    assert!(s["voxels_segmented_fraction"].as_f64().unwrap() > 0.5, "{s}");
+    assert!(
+        s["voxels_segmented_fraction"].as_f64().unwrap() > 0.5,
+        "{s}"
+    );
     let calls = s["predict_calls"].as_u64().unwrap();
     assert!(calls > 10, "{s}");
     let info = json(&std::fs::read_to_string(d.join("seg.seg.json")).unwrap());
     let origins = info["origins"].as_array().unwrap();
     assert_eq!(origins.len() as u64, n);
-    let iters: u64 = origins.iter().map(|o| o["iterations"].as_u64().unwrap()).sum();
-    assert_eq!(iters, calls, "every prediction went into an accepted segment");
+    let iters: u64 = origins
+        .iter()
+        .map(|o| o["iterations"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        iters, calls,
+        "every prediction went into an accepted segment"
+    );
     assert_eq!(info["counters"]["predict_calls"].as_u64().unwrap(), calls);
     let seg = read_labels(&VolumeSpec::new(d.join("seg.h5"), "seg")).unwrap();
     assert_eq!(seg.shape(), &[32, 36, 40]);
@@ -93,22 +145,69 @@ fn infer_then_eval_with_a_flooding_model() {
     let voxels: u64 = origins.iter().map(|o| o["voxels"].as_u64().unwrap()).sum();
     assert_eq!(seg.iter().filter(|&&l| l != 0).count() as u64, voxels);
     let prob = ffn_io::read_image_u8(&VolumeSpec::new(d.join("seg.h5"), "prob")).unwrap();
-    assert!(prob.iter().zip(seg.iter()).all(|(&p, &l)| (p == 0) == (l == 0)));
+    assert!(
+        prob.iter()
+            .zip(seg.iter())
+            .all(|(&p, &l)| (p == 0) == (l == 0))
+    );
 
     // Big blind segments: merges dominate.
-    let e = json(&ok(&["eval", "--truth", "data.h5:labels", "--test", "seg.h5:seg", "--json"], d));
-    for k in ["voi_split", "voi_merge", "rand_split", "rand_merge", "adapted_rand_error"] {
+    let e = json(&ok(
+        &[
+            "eval",
+            "--truth",
+            "data.h5:labels",
+            "--test",
+            "seg.h5:seg",
+            "--json",
+        ],
+        d,
+    ));
+    for k in [
+        "voi_split",
+        "voi_merge",
+        "rand_split",
+        "rand_merge",
+        "adapted_rand_error",
+    ] {
         assert!(e[k].as_f64().is_some(), "{k} missing: {e}");
     }
     assert!(e["voi_merge"].as_f64().unwrap() > 0.5, "{e}");
     assert!(e["adapted_rand_error"].as_f64().unwrap() > 0.2, "{e}");
-    assert!(e["worst_merges"][0]["parts"].as_array().unwrap().len() > 1, "{e}");
+    assert!(
+        e["worst_merges"][0]["parts"].as_array().unwrap().len() > 1,
+        "{e}"
+    );
     // The truth against itself is perfect.
-    let p = json(&ok(&["eval", "--truth", "data.h5:labels", "--test", "data.h5:labels", "--json"], d));
+    let p = json(&ok(
+        &[
+            "eval",
+            "--truth",
+            "data.h5:labels",
+            "--test",
+            "data.h5:labels",
+            "--json",
+        ],
+        d,
+    ));
     assert_eq!(p["voi_split"].as_f64(), Some(0.0));
     assert_eq!(p["adapted_rand_error"].as_f64(), Some(0.0));
-    let text = ok(&["eval", "--truth", "data.h5:labels", "--test", "seg.h5:seg", "--convention", "skimage"], d);
-    assert!(text.contains("VI split") && text.contains("worst merges"), "{text}");
+    let text = ok(
+        &[
+            "eval",
+            "--truth",
+            "data.h5:labels",
+            "--test",
+            "seg.h5:seg",
+            "--convention",
+            "skimage",
+        ],
+        d,
+    );
+    assert!(
+        text.contains("VI split") && text.contains("worst merges"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -128,12 +227,26 @@ fn request_file_crop_and_a_model_that_sees_nothing() {
     )
     .unwrap();
     let o = ffn(
-        &["infer", "--request", "req.pbtxt", "--out", "crop.h5:seg", "--offset", "4,2,3", "--size", "30,28,24", "--json"],
+        &[
+            "infer",
+            "--request",
+            "req.pbtxt",
+            "--out",
+            "crop.h5:seg",
+            "--offset",
+            "4,2,3",
+            "--size",
+            "30,28,24",
+            "--json",
+        ],
         d,
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("checkpoint_interval"), "ignored fields are reported: {err}");
+    assert!(
+        err.contains("checkpoint_interval"),
+        "ignored fields are reported: {err}"
+    );
     let s = json(&String::from_utf8_lossy(&o.stdout));
     // The seed itself drops below the move threshold after one prediction: every try fails.
     assert_eq!(s["segments"], 0, "{s}");
@@ -146,11 +259,23 @@ fn request_file_crop_and_a_model_that_sees_nothing() {
     assert_eq!(seg.shape(), &[24, 28, 30]);
     // Eval of a crop against the full truth.
     let e = json(&ok(
-        &["eval", "--truth", "data.h5:labels", "--test", "crop.h5:seg", "--truth-offset", "4,2,3", "--json"],
+        &[
+            "eval",
+            "--truth",
+            "data.h5:labels",
+            "--test",
+            "crop.h5:seg",
+            "--truth-offset",
+            "4,2,3",
+            "--json",
+        ],
         d,
     ));
     assert_eq!(e["voxels"].as_u64(), Some(24 * 28 * 30));
-    assert!(e["voi_split"].as_f64().unwrap().abs() < 1e-12, "all test voxels are 0: no split: {e}");
+    assert!(
+        e["voi_split"].as_f64().unwrap().abs() < 1e-12,
+        "all test voxels are 0: no split: {e}"
+    );
 }
 
 #[test]
@@ -159,34 +284,124 @@ fn bad_input_gives_one_line_errors() {
     let d = tmp.path();
     setup(d);
     let ck = constant_model(d, "m.safetensors", 0.0);
-    let e = fails(&["infer", "--image", "data.h5:nope", "--checkpoint", &ck, "--out", "s.h5:seg"], d);
+    let e = fails(
+        &[
+            "infer",
+            "--image",
+            "data.h5:nope",
+            "--checkpoint",
+            &ck,
+            "--out",
+            "s.h5:seg",
+        ],
+        d,
+    );
     assert!(e.contains("nope"), "{e}");
-    let e = fails(&["infer", "--image", "data.h5:raw", "--checkpoint", "missing.safetensors", "--out", "s.h5:seg"], d);
+    let e = fails(
+        &[
+            "infer",
+            "--image",
+            "data.h5:raw",
+            "--checkpoint",
+            "missing.safetensors",
+            "--out",
+            "s.h5:seg",
+        ],
+        d,
+    );
     assert!(e.contains("missing.safetensors"), "{e}");
     let e = fails(
-        &["infer", "--image", "data.h5:raw", "--checkpoint", &ck, "--out", "s.h5:seg", "--seed-policy", "random"],
+        &[
+            "infer",
+            "--image",
+            "data.h5:raw",
+            "--checkpoint",
+            &ck,
+            "--out",
+            "s.h5:seg",
+            "--seed-policy",
+            "random",
+        ],
         d,
     );
     assert!(e.contains("random") && e.contains("peaks"), "{e}");
     let e = fails(
-        &["infer", "--image", "data.h5:raw", "--checkpoint", &ck, "--out", "s.h5:seg", "--offset", "0,0,0", "--size", "41,1,1"],
+        &[
+            "infer",
+            "--image",
+            "data.h5:raw",
+            "--checkpoint",
+            &ck,
+            "--out",
+            "s.h5:seg",
+            "--offset",
+            "0,0,0",
+            "--size",
+            "41,1,1",
+        ],
         d,
     );
     assert!(e.contains("--offset/--size"), "{e}");
     std::fs::write(d.join("deep.pbtxt"), "model_args: '{\"depth\": 12}'\n").unwrap();
     let e = fails(
-        &["infer", "--request", "deep.pbtxt", "--image", "data.h5:raw", "--checkpoint", &ck, "--out", "s.h5:seg"],
+        &[
+            "infer",
+            "--request",
+            "deep.pbtxt",
+            "--image",
+            "data.h5:raw",
+            "--checkpoint",
+            &ck,
+            "--out",
+            "s.h5:seg",
+        ],
         d,
     );
     assert!(e.contains("deep.pbtxt") && e.contains("depth"), "{e}");
-    std::fs::write(d.join("broken.pbtxt"), "inference_options {\n  pad_value: 2\n}\n").unwrap();
+    std::fs::write(
+        d.join("broken.pbtxt"),
+        "inference_options {\n  pad_value: 2\n}\n",
+    )
+    .unwrap();
     let e = fails(
-        &["infer", "--request", "broken.pbtxt", "--image", "data.h5:raw", "--checkpoint", &ck, "--out", "s.h5:seg"],
+        &[
+            "infer",
+            "--request",
+            "broken.pbtxt",
+            "--image",
+            "data.h5:raw",
+            "--checkpoint",
+            &ck,
+            "--out",
+            "s.h5:seg",
+        ],
         d,
     );
     assert!(e.contains("broken.pbtxt") && e.contains("pad_value"), "{e}");
-    let e = fails(&["eval", "--truth", "data.h5:labels", "--test", "data.h5:raw", "--truth-offset", "1,1"], d);
+    let e = fails(
+        &[
+            "eval",
+            "--truth",
+            "data.h5:labels",
+            "--test",
+            "data.h5:raw",
+            "--truth-offset",
+            "1,1",
+        ],
+        d,
+    );
     assert!(e.contains("--truth-offset"), "{e}");
-    let e = fails(&["eval", "--truth", "data.h5:labels", "--test", "data.h5:labels", "--convention", "x"], d);
+    let e = fails(
+        &[
+            "eval",
+            "--truth",
+            "data.h5:labels",
+            "--test",
+            "data.h5:labels",
+            "--convention",
+            "x",
+        ],
+        d,
+    );
     assert!(e.contains("--convention"), "{e}");
 }

@@ -180,7 +180,7 @@ fn a_real_network_runs_tiled() {
         fov: [5, 5, 5],
         deltas: [2, 2, 2],
     };
-    let mut net = ConvStack3d::new(cfg.clone(), 0.01, &mut ffn_core::rng::Rng::new(1));
+    let mut net = ConvStack3d::new(cfg, 0.01, &mut ffn_core::rng::Rng::new(1));
     let specs = cfg.param_specs();
     let lom = specs
         .iter()

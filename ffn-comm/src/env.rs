@@ -12,7 +12,6 @@
 //! | `FFN_COMM_TIMEOUT` | seconds before a dead or stalled peer is an error | `60` |
 //! | `FFN_COMM_STALL_WARNING` | seconds before a waiting collective warns on stderr (0: never) | `20` |
 //! | `FFN_SHM_SLOT_BYTES` | bytes per rank and round of the shm allreduce (same on all ranks) | `1M` worth |
-//! | `FFN_SHM_CMA` | shm ranks read each other's buffers directly when allowed (1) or not (0) | `1` |
 //! | `FFN_SHM_SPIN_US` | microseconds an shm waiter spins before yielding | 1000, or 20 when oversubscribed |
 //!
 //! Everything is read through a lookup function, so tests (and embedders) need not touch the
@@ -108,9 +107,6 @@ pub struct CommOptions {
     /// How long an shm waiter spins before it yields; `None`: 1 ms, or 20 µs when there are more
     /// ranks than cores.
     pub shm_spin: Option<Duration>,
-    /// Let shm ranks read each other's buffers directly (`process_vm_readv`) when the OS allows it
-    /// (one copy per byte instead of two); `FFN_SHM_CMA=0` turns it off.
-    pub shm_cma: bool,
 }
 
 impl Default for CommOptions {
@@ -125,7 +121,6 @@ impl Default for CommOptions {
             shm_name: None,
             shm_slot_bytes: 1 << 20,
             shm_spin: None,
-            shm_cma: true,
         }
     }
 }
@@ -193,19 +188,6 @@ impl CommOptions {
         if let Some(v) = get("FFN_SHM_SPIN_US") {
             let us = parse_seconds("FFN_SHM_SPIN_US", &v, true)?;
             o.shm_spin = Some(us / 1_000_000);
-        }
-        if let Some(v) = get("FFN_SHM_CMA") {
-            o.shm_cma = match v.trim() {
-                "1" | "on" | "true" => true,
-                "0" | "off" | "false" => false,
-                _ => {
-                    return Err(CommError::Env {
-                        var: "FFN_SHM_CMA".into(),
-                        expected: "1 or 0".into(),
-                        found: v,
-                    });
-                }
-            };
         }
         if let Some(v) = get("FFN_COMM_TOKEN") {
             o.job_token = v;

@@ -275,22 +275,22 @@ fn watch(rank: usize, timeout: Duration, warn: Duration, state: &(Mutex<WatchSta
         };
         let waited = start.elapsed();
         if waited >= timeout {
-            eprintln!(
+            crate::stall::warn(format!(
                 "ffn-comm error: rank {rank}: MPI {op} did not finish within {:.1} s (a peer is dead or \
                  stalled); aborting the job (set FFN_COMM_TIMEOUT to wait longer)",
                 timeout.as_secs_f64()
-            );
+            ));
             // SAFETY: ends this process at once; mpirun then aborts the other ranks.
             unsafe { libc::_exit(70) };
         }
         if !warn.is_zero() && waited >= warn && warned_for != Some(start) {
             warned_for = Some(start);
-            eprintln!(
+            crate::stall::warn(format!(
                 "ffn-comm warning: rank {rank}: MPI {op} has waited {:.1} s (stalled or dead peer? the \
                  timeout is {:.1} s)",
                 waited.as_secs_f64(),
                 timeout.as_secs_f64()
-            );
+            ));
         }
         let mut next = timeout - waited;
         if !warn.is_zero() && warned_for != Some(start) {

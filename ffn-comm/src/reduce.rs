@@ -28,42 +28,6 @@ pub fn add_assign(acc: &mut [f32], src: &[f32]) {
     }
 }
 
-/// Copies `src` into `dst` (equal lengths) with vector loads and stores.
-///
-/// Used for the shm copies instead of `copy_from_slice`: glibc's memcpy picks `rep movsb` for large
-/// copies, which measured 2-3x slower on this project's AMD hosts for buffers another core just
-/// wrote.
-#[inline]
-pub fn copy_floats(dst: &mut [f32], src: &[f32]) {
-    debug_assert_eq!(dst.len(), src.len());
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_loadu_ps, _mm_storeu_ps};
-        let n = dst.len().min(src.len());
-        let body = n / 16 * 16;
-        let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-        let mut i = 0;
-        while i < body {
-            // SAFETY: i + 16 <= n for both slices; SSE2 is part of the x86_64 baseline; unaligned
-            // loads and stores.
-            unsafe {
-                let a = _mm_loadu_ps(s.add(i));
-                let b = _mm_loadu_ps(s.add(i + 4));
-                let c = _mm_loadu_ps(s.add(i + 8));
-                let e = _mm_loadu_ps(s.add(i + 12));
-                _mm_storeu_ps(d.add(i), a);
-                _mm_storeu_ps(d.add(i + 4), b);
-                _mm_storeu_ps(d.add(i + 8), c);
-                _mm_storeu_ps(d.add(i + 12), e);
-            }
-            i += 16;
-        }
-        dst[body..n].copy_from_slice(&src[body..n]);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    dst.copy_from_slice(src);
-}
-
 /// The reference reduction: `out[i] = ((parts[0][i] + parts[1][i]) + parts[2][i]) + ...`.
 ///
 /// Every backend must produce exactly these bits. With no parts, `out` is left unchanged.
@@ -82,12 +46,6 @@ pub fn as_bytes_mut(buf: &mut [f32]) -> &mut [u8] {
     // SAFETY: u8 has alignment 1 and no invalid bit patterns; the length covers exactly the same
     // memory, and the returned borrow keeps `buf` borrowed mutably for its lifetime.
     unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), len) }
-}
-
-/// Views a `u64` as its bytes (native endianness).
-pub(crate) fn as_bytes_mut_u64(v: &mut u64) -> &mut [u8] {
-    // SAFETY: as in `as_bytes_mut`.
-    unsafe { std::slice::from_raw_parts_mut((v as *mut u64).cast::<u8>(), 8) }
 }
 
 /// Views an `f32` slice as its bytes (native endianness).

@@ -22,7 +22,7 @@
 //! whose communicator was dropped, and the abort word set by a rank that failed, so a dead peer is
 //! an error within milliseconds (exit) or the timeout (stall), never a hang.
 
-use crate::reduce::{add_assign, chunk_range, copy_floats};
+use crate::reduce::{add_assign, chunk_range};
 use crate::stall::StallClock;
 use crate::{CommError, CommOptions, Communicator, WorldInfo, check_root};
 use memmap2::MmapMut;
@@ -55,7 +55,6 @@ const R_ARRIVE: usize = 0;
 const R_PID: usize = 8;
 const R_STATE: usize = 16;
 const R_DESC: usize = 32; // two sets of (op, len, root): 48 bytes
-const R_BUF: usize = 80; // probe cookie address, probe verdict, then one buffer address per set
 
 /// How long a waiter spins before it starts yielding (default).
 const SPIN_FOR: Duration = Duration::from_millis(1);
@@ -82,9 +81,6 @@ pub struct ShmComm {
     round: u64,
     /// How long a waiter spins before yielding.
     spin: Duration,
-    /// Peers' pids when every rank can read every other rank's memory directly (cross-memory
-    /// attach, `process_vm_readv`); `None`: data goes through the segment's slots.
-    cma: Option<Vec<libc::pid_t>>,
 }
 
 struct Segment {
@@ -194,7 +190,6 @@ impl ShmComm {
             generation: 0,
             round: 0,
             spin,
-            cma: None,
         };
         if world.size == 1 {
             return Ok(comm);
@@ -212,116 +207,7 @@ impl ShmComm {
         } else {
             attach_segment(path, world, slot_floats, opts)?
         });
-        if opts.shm_cma {
-            comm.cma = comm.probe_cma()?;
-        }
         Ok(comm)
-    }
-
-    /// Whether direct reads of the peers' memory work between every pair of ranks (same user, no
-    /// ptrace restriction): each rank publishes the address of a cookie, reads everybody's cookie
-    /// with `process_vm_readv`, and publishes its verdict; all ranks then agree on the mode.
-    fn probe_cma(&mut self) -> Result<Option<Vec<libc::pid_t>>, CommError> {
-        let me = self.world.rank;
-        let cookie: Box<u64> = Box::new(0x0ff1_ce00_0000_0000 | me as u64);
-        let seg = self.seg.as_ref().ok_or_else(unreachable_single)?;
-        seg.rank_word(me, R_BUF)
-            .store(&*cookie as *const u64 as u64, Ordering::Release);
-        self.sync("connect")?;
-        let seg = self.seg.as_ref().ok_or_else(unreachable_single)?;
-        let pids: Vec<libc::pid_t> = (0..seg.size)
-            .map(|q| seg.rank_word(q, R_PID).load(Ordering::Acquire) as libc::pid_t)
-            .collect();
-        let ok = (0..seg.size).filter(|&q| q != me).all(|q| {
-            let mut v = 0u64;
-            let addr = seg.rank_word(q, R_BUF).load(Ordering::Acquire) as usize;
-            let got = cma_read(pids[q], addr, crate::reduce::as_bytes_mut_u64(&mut v));
-            got.is_ok() && v == 0x0ff1_ce00_0000_0000 | q as u64
-        });
-        seg.rank_word(me, R_BUF + 8)
-            .store(if ok { 1 } else { 2 }, Ordering::Release);
-        self.sync("connect")?;
-        let seg = self.seg.as_ref().ok_or_else(unreachable_single)?;
-        let all = (0..seg.size).all(|q| seg.rank_word(q, R_BUF + 8).load(Ordering::Acquire) == 1);
-        drop(cookie);
-        Ok(all.then_some(pids))
-    }
-
-    /// The allreduce with direct reads: the chunk owner reads the contributions straight from the
-    /// peers' buffers and sums them in rank order in place, then every rank reads the owners' sums
-    /// straight into its buffer. One copy per byte instead of two; three barriers (the last one keeps
-    /// a peer from reusing its buffer while others still read it).
-    fn allreduce_cma(&mut self, b: &mut [f32]) -> Result<(), CommError> {
-        let pids = self.cma.clone().ok_or_else(unreachable_single)?;
-        let set = self.next_set();
-        let (n, me) = (self.world.size, self.world.rank);
-        let desc = [OP_ALLREDUCE, b.len() as u64, 0];
-        {
-            let seg = self.seg.as_ref().ok_or_else(unreachable_single)?;
-            seg.rank_word(me, R_BUF + 16 + set * 8)
-                .store(b.as_ptr() as u64, Ordering::Release);
-        }
-        self.publish(set, desc);
-        self.sync("allreduce")?;
-        self.verify(set, desc, "allreduce")?;
-        let addrs: Vec<usize> = {
-            let seg = self.seg.as_ref().ok_or_else(unreachable_single)?;
-            (0..n)
-                .map(|q| {
-                    seg.rank_word(q, R_BUF + 16 + set * 8)
-                        .load(Ordering::Acquire) as usize
-                })
-                .collect()
-        };
-        let mine = chunk_range(b.len(), n, me);
-        const BLOCK: usize = 8192;
-        let mut acc = vec![0.0f32; BLOCK.min(mine.len())];
-        let mut tmp = vec![0.0f32; BLOCK.min(mine.len())];
-        let mut s = mine.start;
-        while s < mine.end {
-            let e = (s + BLOCK).min(mine.end);
-            let (acc, tmp) = (&mut acc[..e - s], &mut tmp[..e - s]);
-            for q in 0..n {
-                let part: &[f32] = if q == me {
-                    &b[s..e]
-                } else {
-                    self.read_peer(&pids, q, addrs[q] + s * 4, tmp)?;
-                    tmp
-                };
-                if q == 0 {
-                    copy_floats(acc, part);
-                } else {
-                    add_assign(acc, part);
-                }
-            }
-            copy_floats(&mut b[s..e], acc);
-            s = e;
-        }
-        self.sync("allreduce")?;
-        for q in (0..n).filter(|&q| q != me) {
-            let c = chunk_range(b.len(), n, q);
-            let start = c.start;
-            self.read_peer(&pids, q, addrs[q] + start * 4, &mut b[c])?;
-        }
-        self.sync("allreduce")
-    }
-
-    fn read_peer(
-        &self,
-        pids: &[libc::pid_t],
-        q: usize,
-        addr: usize,
-        dst: &mut [f32],
-    ) -> Result<(), CommError> {
-        cma_read(pids[q], addr, crate::reduce::as_bytes_mut(dst)).map_err(|e| {
-            self.raise_abort();
-            CommError::PeerLost {
-                rank: self.world.rank,
-                peer: q,
-                op: "allreduce",
-                detail: format!("reading its buffer failed: {e}"),
-            }
-        })
     }
 
     /// The segment file (already unlinked once every rank attached); `None` for a group of one.
@@ -500,8 +386,8 @@ impl ShmComm {
             // SAFETY: this rank's slot in this set is only written by this rank, and nobody reads it
             // until barrier A.
             let dst = unsafe { seg.slot(set, me, 0..b.len()) };
-            copy_floats(&mut dst[..mine.start], &b[..mine.start]);
-            copy_floats(&mut dst[mine.end..], &b[mine.end..]);
+            dst[..mine.start].copy_from_slice(&b[..mine.start]);
+            dst[mine.end..].copy_from_slice(&b[mine.end..]);
         }
         if let Some(desc) = first {
             self.publish(set, desc);
@@ -526,7 +412,7 @@ impl ShmComm {
                         unsafe { seg.slot(set, q, s..e) }
                     }
                 };
-                copy_floats(out, part(0));
+                out.copy_from_slice(part(0));
                 for q in 1..n {
                     add_assign(out, part(q));
                 }
@@ -541,7 +427,7 @@ impl ShmComm {
             // SAFETY: rank q finished its chunk before barrier B and rewrites this set only after
             // everyone passes the next round's barrier A.
             let src = unsafe { seg.slot(set, q, c.clone()) };
-            copy_floats(&mut b[c], src);
+            b[c].copy_from_slice(src);
         }
         Ok(())
     }
@@ -592,9 +478,6 @@ impl Communicator for ShmComm {
         let Some(slot) = self.seg.as_ref().map(|s| s.slot_floats) else {
             return Ok(());
         };
-        if self.cma.is_some() {
-            return self.allreduce_cma(buf);
-        }
         let desc = [OP_ALLREDUCE, buf.len() as u64, 0];
         if buf.is_empty() {
             return self.allreduce_round(buf, Some(desc));
@@ -834,34 +717,6 @@ fn try_attach(
     Ok(Some(Segment { data_off, ..seg }))
 }
 
-/// Reads `dst.len()` bytes at `addr` in process `pid` (cross-memory attach).
-fn cma_read(pid: libc::pid_t, addr: usize, dst: &mut [u8]) -> std::io::Result<()> {
-    let mut done = 0;
-    while done < dst.len() {
-        let local = libc::iovec {
-            iov_base: dst[done..].as_mut_ptr().cast(),
-            iov_len: dst.len() - done,
-        };
-        let remote = libc::iovec {
-            iov_base: (addr + done) as *mut libc::c_void,
-            iov_len: dst.len() - done,
-        };
-        // SAFETY: the local iovec covers exactly the rest of `dst`; the kernel checks the remote
-        // range and fails with EFAULT instead of touching anything else.
-        let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        if got <= 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(if got == 0 {
-                std::io::Error::other("read 0 bytes")
-            } else {
-                e
-            });
-        }
-        done += got as usize;
-    }
-    Ok(())
-}
-
 /// Reserves the file's memory up front, so that a full /dev/shm is an error here and not a SIGBUS
 /// in the middle of a collective.
 fn allocate(file: &File, total: usize) -> std::io::Result<()> {
@@ -987,33 +842,13 @@ mod tests {
     fn conformance_on_threads_with_small_slots() {
         // Tiny slots force many rounds and exercise the alternation of slot sets.
         for n in [2, 3] {
-            let o = CommOptions {
-                shm_cma: false,
-                ..opts(&format!("small{n}"))
-            };
+            let o = opts(&format!("small{n}"));
             let d = with_ranks(n, 1000, &o, |c| {
-                assert!(c.cma.is_none());
                 conformance::run_all(c, &conformance::SuiteOptions::quick())
             });
             assert!(d.windows(2).all(|w| w[0] == w[1]));
             let path = PathBuf::from("/dev/shm").join(o.shm_name.as_ref().unwrap());
             assert!(!path.exists(), "segment {path:?} left behind");
-        }
-    }
-
-    #[test]
-    fn conformance_with_direct_reads() {
-        for n in [2, 3] {
-            let o = opts(&format!("cma{n}"));
-            let d = with_ranks(n, 1000, &o, |c| {
-                assert!(c.cma.is_some(), "process_vm_readv on our own pid must work");
-                conformance::run_all(c, &conformance::SuiteOptions::quick())
-            });
-            let local = crate::local::LocalComm::run(n, |c| {
-                conformance::run_all(c, &conformance::SuiteOptions::quick())
-            })
-            .unwrap();
-            assert_eq!(d, local);
         }
     }
 

@@ -55,7 +55,7 @@ impl StallClock {
             });
         }
         self.warned = true;
-        eprintln!(
+        crate::stall::warn(format!(
             "ffn-comm warning: rank {}: {} has waited {:.1} s for rank(s) {:?} (stalled or dead? \
              the timeout is {:.1} s)",
             self.rank,
@@ -63,7 +63,15 @@ impl StallClock {
             waited.as_secs_f64(),
             late,
             self.timeout.as_secs_f64()
-        );
+        ));
         Ok(())
     }
+}
+
+/// Writes one line to stderr with a single write, so that lines of several ranks sharing the
+/// terminal do not interleave mid-line.
+pub(crate) fn warn(mut line: String) {
+    use std::io::Write;
+    line.push('\n');
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }

@@ -580,10 +580,10 @@ fn serve_rendezvous(
         };
         match (reply, hello) {
             (Some((field, expected, actual)), h) => {
-                eprintln!(
+                crate::stall::warn(format!(
                     "ffn-comm: rank 0: refused a peer claiming rank {}: {field} mismatch: expected {expected}, found {actual}",
                     h.map(|h| h.rank.to_string()).unwrap_or_else(|| "?".into())
-                );
+                ));
                 let msg = format!("REFUSED\n{field}\n{expected}\n{actual}\n");
                 router
                     .send_multipart([id.as_slice(), msg.as_bytes()], 0)

@@ -35,7 +35,11 @@ pub struct MetricOptions {
 
 impl Default for MetricOptions {
     fn default() -> Self {
-        Self { ignore_truth_zero: true, test_zero_singletons: false, count_self_pairs: true }
+        Self {
+            ignore_truth_zero: true,
+            test_zero_singletons: false,
+            count_self_pairs: true,
+        }
     }
 }
 
@@ -43,7 +47,11 @@ impl MetricOptions {
     /// scikit-image's defaults (`variation_of_information`, `adapted_rand_error`): nothing ignored,
     /// 0 is an ordinary label, self-pairs not counted.
     pub fn skimage() -> Self {
-        Self { ignore_truth_zero: false, test_zero_singletons: false, count_self_pairs: false }
+        Self {
+            ignore_truth_zero: false,
+            test_zero_singletons: false,
+            count_self_pairs: false,
+        }
     }
 }
 
@@ -92,7 +100,10 @@ impl Contingency {
     /// Counts the label pairs of `truth` and `test` (same length, same voxel order).
     pub fn new(truth: &[u64], test: &[u64], opts: &MetricOptions) -> Result<Self, MetricsError> {
         if truth.len() != test.len() {
-            return Err(MetricsError::LengthMismatch { truth: truth.len(), test: test.len() });
+            return Err(MetricsError::LengthMismatch {
+                truth: truth.len(),
+                test: test.len(),
+            });
         }
         let mut pairs = BTreeMap::new();
         let mut total = 0u64;
@@ -102,7 +113,11 @@ impl Contingency {
                 continue;
             }
             total += 1;
-            let s = if opts.test_zero_singletons && s == 0 { SINGLETON } else { s };
+            let s = if opts.test_zero_singletons && s == 0 {
+                SINGLETON
+            } else {
+                s
+            };
             match &mut run {
                 Some((key, n)) if *key == (t, s) => *n += 1,
                 _ => {
@@ -130,7 +145,9 @@ impl Contingency {
     /// Iterates `(truth, test, voxels)` over the non-zero cells, `test == None` for singleton
     /// voxels (which are summed in one entry per truth label here).
     pub fn cells(&self) -> impl Iterator<Item = (u64, Option<u64>, u64)> + '_ {
-        self.pairs.iter().map(|(&(t, s), &n)| (t, (s != SINGLETON).then_some(s), n))
+        self.pairs
+            .iter()
+            .map(|(&(t, s), &n)| (t, (s != SINGLETON).then_some(s), n))
     }
 
     /// Voxels per truth label.
@@ -154,7 +171,11 @@ impl Contingency {
     }
 
     fn singletons(&self) -> u64 {
-        self.pairs.iter().filter(|((_, s), _)| *s == SINGLETON).map(|(_, &n)| n).sum()
+        self.pairs
+            .iter()
+            .filter(|((_, s), _)| *s == SINGLETON)
+            .map(|(_, &n)| n)
+            .sum()
     }
 }
 
@@ -204,8 +225,11 @@ pub fn scores(c: &Contingency, opts: &MetricOptions) -> Scores {
     }
     let sum_a2: f64 = truth.values().map(|&a| (a as f64) * (a as f64)).sum();
     let sum_b2: f64 = test.values().map(|&b| (b as f64) * (b as f64)).sum::<f64>() + singles;
-    let (p, a2, b2) =
-        if opts.count_self_pairs { (sum_nij2, sum_a2, sum_b2) } else { (sum_nij2 - n, sum_a2 - n, sum_b2 - n) };
+    let (p, a2, b2) = if opts.count_self_pairs {
+        (sum_nij2, sum_a2, sum_b2)
+    } else {
+        (sum_nij2 - n, sum_a2 - n, sum_b2 - n)
+    };
     let ratio = |num: f64, den: f64| if den > 0.0 { num / den } else { 1.0 };
     let rand_split = ratio(p, a2);
     let rand_merge = ratio(p, b2);
@@ -265,11 +289,20 @@ fn worst(c: &Contingency, k: usize, by_test: bool) -> Vec<ErrorObject> {
             let h: f64 = parts
                 .iter()
                 .map(|&(l, m)| {
-                    if l == SINGLETON { -(m as f64) * xlog2(1.0, vf) } else { -xlog2(m as f64, vf) }
+                    if l == SINGLETON {
+                        -(m as f64) * xlog2(1.0, vf)
+                    } else {
+                        -xlog2(m as f64, vf)
+                    }
                 })
                 .sum();
             parts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            ErrorObject { id, voxels, vi_bits: h / n, parts }
+            ErrorObject {
+                id,
+                voxels,
+                vi_bits: h / n,
+                parts,
+            }
         })
         .collect();
     out.sort_by(|a, b| b.vi_bits.total_cmp(&a.vi_bits).then(a.id.cmp(&b.id)));
@@ -327,8 +360,15 @@ mod tests {
         let s = evaluate(&truth, &test, &MetricOptions::default()).unwrap();
         assert_eq!(s.voxels, 2);
         assert!(s.voi_split.abs() < 1e-12 && s.voi_merge.abs() < 1e-12);
-        let all = evaluate(&truth, &test, &MetricOptions { ignore_truth_zero: false, ..Default::default() })
-            .unwrap();
+        let all = evaluate(
+            &truth,
+            &test,
+            &MetricOptions {
+                ignore_truth_zero: false,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         // truth 0 = {5, 6}: H(test|truth) = 2/4 * 1 bit.
         assert!(close(all.voi_split, 0.5, 1e-12));
     }
@@ -410,7 +450,10 @@ mod tests {
     fn test_zero_singletons() {
         let truth = [1, 1, 1, 1];
         let test = [0, 0, 2, 2];
-        let opts = MetricOptions { test_zero_singletons: true, ..Default::default() };
+        let opts = MetricOptions {
+            test_zero_singletons: true,
+            ..Default::default()
+        };
         let s = evaluate(&truth, &test, &opts).unwrap();
         // Equivalent labelling with explicit singletons.
         let t2 = evaluate(&truth, &[10, 11, 2, 2], &MetricOptions::default()).unwrap();
@@ -436,6 +479,9 @@ mod tests {
             evaluate(&[1, 2], &[1], &MetricOptions::default()),
             Err(MetricsError::LengthMismatch { truth: 2, test: 1 })
         );
-        assert_eq!(evaluate(&[0, 0], &[1, 1], &MetricOptions::default()), Err(MetricsError::NoVoxels));
+        assert_eq!(
+            evaluate(&[0, 0], &[1, 1], &MetricOptions::default()),
+            Err(MetricsError::NoVoxels)
+        );
     }
 }

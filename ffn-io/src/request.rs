@@ -59,25 +59,37 @@ impl InferenceRequest {
     /// google/ffn writes `fov_size` and `deltas` as x,y,z; the result is z,y,x.
     pub fn model_config(&self, base: ModelConfig, path: &Path) -> Result<ModelConfig, IoError> {
         let mut cfg = base;
-        let Some(args) = &self.model_args else { return Ok(cfg) };
-        let err = |reason: String| IoError::Config { path: path.into(), reason };
+        let Some(args) = &self.model_args else {
+            return Ok(cfg);
+        };
+        let err = |reason: String| IoError::Config {
+            path: path.into(),
+            reason,
+        };
         let obj = args
             .as_object()
             .ok_or_else(|| err(format!("model_args: expected a JSON object, found {args}")))?;
         for (k, v) in obj {
             match k.as_str() {
                 "depth" => {
-                    cfg.depth = v
-                        .as_u64()
-                        .ok_or_else(|| err(format!("model_args.depth: expected a positive integer, found {v}")))?
-                        as usize
+                    cfg.depth = v.as_u64().ok_or_else(|| {
+                        err(format!(
+                            "model_args.depth: expected a positive integer, found {v}"
+                        ))
+                    })? as usize
                 }
                 "fov_size" | "deltas" => {
-                    let a = v.as_array().filter(|a| a.len() == 3 && a.iter().all(|x| x.as_u64().is_some()));
+                    let a = v
+                        .as_array()
+                        .filter(|a| a.len() == 3 && a.iter().all(|x| x.as_u64().is_some()));
                     let a = a.ok_or_else(|| {
                         err(format!("model_args.{k}: expected three non-negative integers [x, y, z], found {v}"))
                     })?;
-                    let xyz: Vec<usize> = a.iter().filter_map(Value::as_u64).map(|x| x as usize).collect();
+                    let xyz: Vec<usize> = a
+                        .iter()
+                        .filter_map(Value::as_u64)
+                        .map(|x| x as usize)
+                        .collect();
                     let zyx = [xyz[2], xyz[1], xyz[0]];
                     if k == "fov_size" {
                         cfg.fov = zyx;
@@ -112,8 +124,14 @@ struct Lexer<'a> {
 
 impl<'a> Lexer<'a> {
     fn err(&self, what: String) -> IoError {
-        let line = 1 + self.s[..self.i.min(self.s.len())].iter().filter(|&&c| c == b'\n').count();
-        IoError::Config { path: self.path.into(), reason: format!("line {line}: {what}") }
+        let line = 1 + self.s[..self.i.min(self.s.len())]
+            .iter()
+            .filter(|&&c| c == b'\n')
+            .count();
+        IoError::Config {
+            path: self.path.into(),
+            reason: format!("line {line}: {what}"),
+        }
     }
 
     fn skip(&mut self) {
@@ -140,7 +158,9 @@ impl<'a> Lexer<'a> {
         let start = self.i;
         while self.i < self.s.len() {
             let c = self.s[self.i];
-            if c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-' | b'+' | b'/' | b'[' | b']') {
+            if c.is_ascii_alphanumeric()
+                || matches!(c, b'_' | b'.' | b'-' | b'+' | b'/' | b'[' | b']')
+            {
                 self.i += 1;
             } else {
                 break;
@@ -232,7 +252,8 @@ impl<'a> Lexer<'a> {
                 }
                 Some(b'"' | b'\'') if colon => TextValue::Str(self.string()?),
                 _ if colon => TextValue::Word(
-                    self.word().ok_or_else(|| self.err(format!("field {name}: expected a value")))?,
+                    self.word()
+                        .ok_or_else(|| self.err(format!("field {name}: expected a value")))?,
                 ),
                 _ => return Err(self.err(format!("field {name}: expected ':' or '{{'"))),
             };
@@ -243,11 +264,19 @@ impl<'a> Lexer<'a> {
 
 /// Parses protobuf text format into its fields (no schema).
 pub fn parse_text_proto(text: &str, path: &Path) -> Result<Vec<(String, TextValue)>, IoError> {
-    Lexer { s: text.as_bytes(), i: 0, path }.message(None)
+    Lexer {
+        s: text.as_bytes(),
+        i: 0,
+        path,
+    }
+    .message(None)
 }
 
 fn number(v: &TextValue, field: &str, path: &Path) -> Result<f64, IoError> {
-    let bad = || IoError::Config { path: path.into(), reason: format!("{field}: expected a number, found {v:?}") };
+    let bad = || IoError::Config {
+        path: path.into(),
+        reason: format!("{field}: expected a number, found {v:?}"),
+    };
     match v {
         TextValue::Word(w) => {
             let w = w.trim_end_matches(['f', 'F']);
@@ -265,7 +294,10 @@ fn string(v: &TextValue, field: &str, path: &Path) -> Result<String, IoError> {
     match v {
         TextValue::Str(s) => Ok(s.clone()),
         TextValue::Word(w) => Ok(w.clone()),
-        _ => Err(IoError::Config { path: path.into(), reason: format!("{field}: expected a string, found a message") }),
+        _ => Err(IoError::Config {
+            path: path.into(),
+            reason: format!("{field}: expected a string, found a message"),
+        }),
     }
 }
 
@@ -277,10 +309,17 @@ fn json(v: &TextValue, field: &str, path: &Path) -> Result<Value, IoError> {
     })
 }
 
-fn message<'v>(v: &'v TextValue, field: &str, path: &Path) -> Result<&'v [(String, TextValue)], IoError> {
+fn message<'v>(
+    v: &'v TextValue,
+    field: &str,
+    path: &Path,
+) -> Result<&'v [(String, TextValue)], IoError> {
     match v {
         TextValue::Message(m) => Ok(m),
-        _ => Err(IoError::Config { path: path.into(), reason: format!("{field}: expected a message {{ ... }}") }),
+        _ => Err(IoError::Config {
+            path: path.into(),
+            reason: format!("{field}: expected a message {{ ... }}"),
+        }),
     }
 }
 
@@ -348,7 +387,9 @@ pub fn parse_inference_request(text: &str, path: &Path) -> Result<InferenceReque
                         "move_threshold" => o.move_threshold = probability(ov, &f, path)?,
                         "segment_threshold" => o.segment_threshold = probability(ov, &f, path)?,
                         "min_segment_size" => o.min_segment_size = count(ov, &f, path)?,
-                        "disco_seed_threshold" => o.disco_seed_threshold = number(ov, &f, path)? as f32,
+                        "disco_seed_threshold" => {
+                            o.disco_seed_threshold = number(ov, &f, path)? as f32
+                        }
                         "min_boundary_dist" => {
                             for (axis, av) in message(ov, &f, path)? {
                                 let fa = format!("{f}.{axis}");
@@ -415,11 +456,22 @@ inference_options {
         );
         assert_eq!((r.image_mean, r.image_stddev), (Some(128.0), Some(33.0)));
         assert_eq!(r.seed_policy.as_deref(), Some("PolicyPeaks"));
-        assert_eq!(r.model_checkpoint_path.as_deref(), Some("models/fib25/model.ckpt-27465036"));
+        assert_eq!(
+            r.model_checkpoint_path.as_deref(),
+            Some("models/fib25/model.ckpt-27465036")
+        );
         assert_eq!(r.options, InferenceOptions::default());
         assert_eq!(r.ignored, vec!["checkpoint_interval".to_string()]);
         let cfg = r.model_config(ModelConfig::default(), p).unwrap();
-        assert_eq!(cfg, ModelConfig { depth: 12, features: 32, fov: [33, 33, 33], deltas: [8, 8, 8] });
+        assert_eq!(
+            cfg,
+            ModelConfig {
+                depth: 12,
+                features: 32,
+                fov: [33, 33, 33],
+                deltas: [8, 8, 8]
+            }
+        );
     }
 
     #[test]
@@ -444,28 +496,53 @@ masks { channel_mask { } }
         assert_eq!(r.seed_policy_args, Some(serde_json::json!({"step": 16})));
         assert_eq!(
             r.ignored,
-            vec!["inference_options.consistency_threshold", "masks", "model_args.batch_size"]
+            vec![
+                "inference_options.consistency_threshold",
+                "masks",
+                "model_args.batch_size"
+            ]
         );
     }
 
     #[test]
     fn errors_name_file_line_and_field() {
         let p = Path::new("bad.pbtxt");
-        let e = parse_inference_request("image_mean: 1\ninference_options { move_threshold: 1.5 }", p)
+        let e = parse_inference_request(
+            "image_mean: 1\ninference_options { move_threshold: 1.5 }",
+            p,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("bad.pbtxt") && e.contains("inference_options.move_threshold"),
+            "{e}"
+        );
+        let e = parse_inference_request("image {\n hdf5: \"x.h5:raw\"\n", p)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("bad.pbtxt") && e.contains("inference_options.move_threshold"), "{e}");
-        let e = parse_inference_request("image {\n hdf5: \"x.h5:raw\"\n", p).unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("'}' is missing"), "{e}");
-        let e = parse_inference_request("model_args: \"{depth\"", p).unwrap_err().to_string();
+        let e = parse_inference_request("model_args: \"{depth\"", p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("model_args") && e.contains("JSON"), "{e}");
-        let e = parse_inference_request("image_stddev: 0", p).unwrap_err().to_string();
+        let e = parse_inference_request("image_stddev: 0", p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("image_stddev"), "{e}");
-        let e = parse_inference_request("seed_policy \"x\"", p).unwrap_err().to_string();
+        let e = parse_inference_request("seed_policy \"x\"", p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("seed_policy"), "{e}");
-        let e = parse_inference_request("a: \"unterminated", p).unwrap_err().to_string();
+        let e = parse_inference_request("a: \"unterminated", p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unterminated"), "{e}");
         let e = parse_inference_request("model_args: '{\"fov_size\": [1, 2]}'", p).unwrap();
-        assert!(e.model_config(ModelConfig::default(), p).unwrap_err().to_string().contains("model_args.fov_size"));
+        assert!(
+            e.model_config(ModelConfig::default(), p)
+                .unwrap_err()
+                .to_string()
+                .contains("model_args.fov_size")
+        );
     }
 }

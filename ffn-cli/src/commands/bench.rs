@@ -26,6 +26,9 @@ pub enum Kind {
     Forward(NetArgs),
     /// Allreduce time and bus bandwidth of a communicator backend (and of raw MPI_Allreduce).
     Comm(super::bench_comm::Args),
+    /// Weak scaling of data-parallel training: examples/s per rank count, efficiency, compute vs
+    /// exposed communication, projected efficiency at 16..2048 ranks.
+    Scaling(super::bench_scaling::Args),
 }
 
 /// Network and timing options shared by `bench train` and `bench forward`.
@@ -66,6 +69,7 @@ pub fn run(args: Args) -> Result<()> {
         Kind::Train(a) => run_net(&a, true),
         Kind::Forward(a) => run_net(&a, false),
         Kind::Comm(a) => super::bench_comm::run(a),
+        Kind::Scaling(a) => super::bench_scaling::run(a),
     }
 }
 

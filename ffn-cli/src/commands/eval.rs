@@ -2,7 +2,9 @@
 //! Rand error, connectomics conventions; see `ffn_core::metrics`).
 
 use anyhow::{Context, Result, bail};
-use ffn_core::metrics::{Contingency, ErrorObject, MetricOptions, Scores, scores, worst_merges, worst_splits};
+use ffn_core::metrics::{
+    Contingency, ErrorObject, MetricOptions, Scores, scores, worst_merges, worst_splits,
+};
 use ffn_io::VolumeSpec;
 use ndarray::{Array3, s};
 use serde_json::{Value, json};
@@ -44,9 +46,9 @@ pub fn parse_xyz(text: &str, what: &str) -> Result<[usize; 3]> {
     }
     let mut v = [0usize; 3];
     for (i, p) in parts.iter().enumerate() {
-        v[2 - i] = p
-            .parse()
-            .with_context(|| format!("{what}: expected a non-negative integer, found {p:?} in {text:?}"))?;
+        v[2 - i] = p.parse().with_context(|| {
+            format!("{what}: expected a non-negative integer, found {p:?} in {text:?}")
+        })?;
     }
     Ok(v)
 }
@@ -61,7 +63,12 @@ fn error_json(e: &ErrorObject) -> Value {
 }
 
 /// Scores plus the worst merges and splits, as `ffn eval --json` prints them.
-pub fn report_json(s: &Scores, merges: &[ErrorObject], splits: &[ErrorObject], opts: &MetricOptions) -> Value {
+pub fn report_json(
+    s: &Scores,
+    merges: &[ErrorObject],
+    splits: &[ErrorObject],
+    opts: &MetricOptions,
+) -> Value {
     json!({
         "voi_split": s.voi_split,
         "voi_merge": s.voi_merge,
@@ -84,9 +91,19 @@ fn parts_text(parts: &[(u64, u64)]) -> String {
     let shown: Vec<String> = parts
         .iter()
         .take(6)
-        .map(|&(l, n)| if l == u64::MAX { format!("singletons:{n}") } else { format!("{l}:{n}") })
+        .map(|&(l, n)| {
+            if l == u64::MAX {
+                format!("singletons:{n}")
+            } else {
+                format!("{l}:{n}")
+            }
+        })
         .collect();
-    let more = if parts.len() > 6 { format!(" (+{} more)", parts.len() - 6) } else { String::new() };
+    let more = if parts.len() > 6 {
+        format!(" (+{} more)", parts.len() - 6)
+    } else {
+        String::new()
+    };
     format!("{}{more}", shown.join(" "))
 }
 
@@ -100,8 +117,10 @@ pub fn run(args: Args) -> Result<()> {
     opts.test_zero_singletons = args.test_zero_singletons;
     let truth_spec: VolumeSpec = args.truth.parse().context("--truth")?;
     let test_spec: VolumeSpec = args.test.parse().context("--test")?;
-    let truth = ffn_io::read_labels(&truth_spec).with_context(|| format!("reading the truth {truth_spec}"))?;
-    let test = ffn_io::read_labels(&test_spec).with_context(|| format!("reading the test {test_spec}"))?;
+    let truth = ffn_io::read_labels(&truth_spec)
+        .with_context(|| format!("reading the truth {truth_spec}"))?;
+    let test =
+        ffn_io::read_labels(&test_spec).with_context(|| format!("reading the test {test_spec}"))?;
     let truth = match &args.truth_offset {
         Some(o) => {
             let o = parse_xyz(o, "--truth-offset")?;
@@ -111,11 +130,23 @@ pub fn run(args: Args) -> Result<()> {
                 if o[a] + ts[a] > t[a] {
                     bail!(
                         "--truth-offset: the test ({} x {} x {} z,y,x) at offset {:?} (z,y,x) does not fit in the truth {truth_spec} ({} x {} x {})",
-                        ts[0], ts[1], ts[2], o, t[0], t[1], t[2]
+                        ts[0],
+                        ts[1],
+                        ts[2],
+                        o,
+                        t[0],
+                        t[1],
+                        t[2]
                     );
                 }
             }
-            truth.slice(s![o[0]..o[0] + ts[0], o[1]..o[1] + ts[1], o[2]..o[2] + ts[2]]).to_owned()
+            truth
+                .slice(s![
+                    o[0]..o[0] + ts[0],
+                    o[1]..o[1] + ts[1],
+                    o[2]..o[2] + ts[2]
+                ])
+                .to_owned()
         }
         None => truth,
     };
@@ -127,7 +158,8 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let (t, g) = (standard(truth), standard(test));
-    let c = Contingency::new(&t, &g, &opts).map_err(|e| anyhow::anyhow!("{truth_spec} vs {test_spec}: {e}"))?;
+    let c = Contingency::new(&t, &g, &opts)
+        .map_err(|e| anyhow::anyhow!("{truth_spec} vs {test_spec}: {e}"))?;
     let sc = scores(&c, &opts);
     let merges = worst_merges(&c, args.worst);
     let splits = worst_splits(&c, args.worst);
@@ -135,7 +167,10 @@ pub fn run(args: Args) -> Result<()> {
         println!("{}", report_json(&sc, &merges, &splits, &opts));
         return Ok(());
     }
-    println!("{test_spec} vs truth {truth_spec}: {} voxels scored", sc.voxels);
+    println!(
+        "{test_spec} vs truth {truth_spec}: {} voxels scored",
+        sc.voxels
+    );
     println!(
         "  VI split {:.4}  merge {:.4}  total {:.4} bits",
         sc.voi_split,
@@ -149,13 +184,25 @@ pub fn run(args: Args) -> Result<()> {
     if !merges.is_empty() {
         println!("  worst merges (test id, voxels, VI bits: truth id:voxels ...):");
         for m in &merges {
-            println!("    {} {} {:.4}: {}", m.id, m.voxels, m.vi_bits, parts_text(&m.parts));
+            println!(
+                "    {} {} {:.4}: {}",
+                m.id,
+                m.voxels,
+                m.vi_bits,
+                parts_text(&m.parts)
+            );
         }
     }
     if !splits.is_empty() {
         println!("  worst splits (truth id, voxels, VI bits: test id:voxels ...):");
         for m in &splits {
-            println!("    {} {} {:.4}: {}", m.id, m.voxels, m.vi_bits, parts_text(&m.parts));
+            println!(
+                "    {} {} {:.4}: {}",
+                m.id,
+                m.voxels,
+                m.vi_bits,
+                parts_text(&m.parts)
+            );
         }
     }
     Ok(())

@@ -101,15 +101,21 @@ pub struct Args {
 }
 
 fn policy_args_usize(req: Option<&InferenceRequest>, key: &str) -> Result<Option<usize>> {
-    let Some(v) = req.and_then(|r| r.seed_policy_args.as_ref()).and_then(|a| a.get(key)) else {
+    let Some(v) = req
+        .and_then(|r| r.seed_policy_args.as_ref())
+        .and_then(|a| a.get(key))
+    else {
         return Ok(None);
     };
-    let n = v.as_u64().with_context(|| format!("request seed_policy_args.{key}: expected a non-negative integer, found {v}"))?;
+    let n = v.as_u64().with_context(|| {
+        format!("request seed_policy_args.{key}: expected a non-negative integer, found {v}")
+    })?;
     Ok(Some(n as usize))
 }
 
 fn read_seed_list(path: &Path, offset: [usize; 3], shape: [usize; 3]) -> Result<Vec<[usize; 3]>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading seeds from {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading seeds from {}", path.display()))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let l = line.trim();
@@ -136,7 +142,11 @@ fn read_seed_list(path: &Path, offset: [usize; 3], shape: [usize; 3]) -> Result<
 }
 
 fn default_info_path(out: &VolumeSpec) -> PathBuf {
-    let stem = out.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = out
+        .path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let ds = out.dataset.trim_matches('/').replace('/', "_");
     out.path.with_file_name(format!("{stem}.{ds}.json"))
 }
@@ -164,29 +174,51 @@ fn counters_json(c: &Counters) -> Value {
 /// Runs `ffn infer`.
 pub fn run(args: Args) -> Result<()> {
     let req = match &args.request {
-        Some(p) => Some(ffn_io::load_inference_request(p).with_context(|| format!("reading the request {}", p.display()))?),
+        Some(p) => Some(
+            ffn_io::load_inference_request(p)
+                .with_context(|| format!("reading the request {}", p.display()))?,
+        ),
         None => None,
     };
     if let Some(r) = &req
         && !r.ignored.is_empty()
     {
-        eprintln!("note: request fields not used by ffn infer: {}", r.ignored.join(", "));
+        eprintln!(
+            "note: request fields not used by ffn infer: {}",
+            r.ignored.join(", ")
+        );
     }
-    let image_spec: VolumeSpec = match (&args.image, req.as_ref().and_then(|r| r.image_hdf5.as_ref())) {
+    let image_spec: VolumeSpec = match (
+        &args.image,
+        req.as_ref().and_then(|r| r.image_hdf5.as_ref()),
+    ) {
         (Some(s), _) => s.parse().context("--image")?,
         (None, Some(s)) => s.parse().context("request image.hdf5")?,
-        (None, None) => bail!("no image: give --image FILE.h5:DATASET (or a request with image {{ hdf5: ... }})"),
+        (None, None) => bail!(
+            "no image: give --image FILE.h5:DATASET (or a request with image {{ hdf5: ... }})"
+        ),
     };
-    let ckpt: PathBuf = match (&args.checkpoint, req.as_ref().and_then(|r| r.model_checkpoint_path.as_ref())) {
+    let ckpt: PathBuf = match (
+        &args.checkpoint,
+        req.as_ref().and_then(|r| r.model_checkpoint_path.as_ref()),
+    ) {
         (Some(p), _) => p.clone(),
         (None, Some(p)) => PathBuf::from(p),
-        (None, None) => bail!("no model: give --checkpoint PATH (or a request with model_checkpoint_path)"),
+        (None, None) => {
+            bail!("no model: give --checkpoint PATH (or a request with model_checkpoint_path)")
+        }
     };
     let out_spec: VolumeSpec = args.out.parse().context("--out")?;
-    let prob_spec: Option<VolumeSpec> = args.prob_out.as_deref().map(str::parse).transpose().context("--prob-out")?;
+    let prob_spec: Option<VolumeSpec> = args
+        .prob_out
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .context("--prob-out")?;
 
     // Model.
-    let (ck_cfg, params) = ffn_io::load_any_model(&ckpt).with_context(|| format!("loading the model {}", ckpt.display()))?;
+    let (ck_cfg, params) = ffn_io::load_any_model(&ckpt)
+        .with_context(|| format!("loading the model {}", ckpt.display()))?;
     let cfg: ModelConfig = match (&req, &args.request) {
         (Some(r), Some(p)) => {
             let c = r.model_config(ck_cfg, p)?;
@@ -203,7 +235,8 @@ pub fn run(args: Args) -> Result<()> {
         }
         _ => ck_cfg,
     };
-    let mut net = ConvStack3d::from_params(cfg, params).map_err(|e| anyhow::anyhow!("{}: {e}", ckpt.display()))?;
+    let mut net = ConvStack3d::from_params(cfg, params)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", ckpt.display()))?;
 
     // Image (optionally a crop), normalised.
     let full = ffn_io::dataset_shape(&image_spec)?;
@@ -224,8 +257,14 @@ pub fn run(args: Args) -> Result<()> {
         _ => ([0; 3], full),
     };
     let raw = ffn_io::read_image_f32_region(&image_spec, offset, shape)?;
-    let mean = args.image_mean.or(req.as_ref().and_then(|r| r.image_mean)).unwrap_or(128.0);
-    let stddev = args.image_stddev.or(req.as_ref().and_then(|r| r.image_stddev)).unwrap_or(33.0);
+    let mean = args
+        .image_mean
+        .or(req.as_ref().and_then(|r| r.image_mean))
+        .unwrap_or(128.0);
+    let stddev = args
+        .image_stddev
+        .or(req.as_ref().and_then(|r| r.image_stddev))
+        .unwrap_or(33.0);
     if !(stddev > 0.0 && stddev.is_finite()) {
         bail!("--image-stddev: expected a positive number, found {stddev}");
     }
@@ -261,7 +300,11 @@ pub fn run(args: Args) -> Result<()> {
     let opts_json = options_json(&opts);
 
     // Seeds.
-    let policy = match (&args.seeds, &args.seed_policy, req.as_ref().and_then(|r| r.seed_policy.as_deref())) {
+    let policy = match (
+        &args.seeds,
+        &args.seed_policy,
+        req.as_ref().and_then(|r| r.seed_policy.as_deref()),
+    ) {
         (Some(_), _, _) => "list".to_string(),
         (None, Some(p), _) => p.clone(),
         (None, None, Some(p)) => p.to_string(),
@@ -271,31 +314,55 @@ pub fn run(args: Args) -> Result<()> {
     let seeds: Vec<[usize; 3]> = match policy.as_str() {
         "peaks" | "PolicyPeaks" => policy_peaks(&image, shape, &PeaksOptions::default()),
         "grid" | "PolicyGrid3d" => {
-            let step = args.grid_step.or(policy_args_usize(req.as_ref(), "step")?).unwrap_or(16);
+            let step = args
+                .grid_step
+                .or(policy_args_usize(req.as_ref(), "step")?)
+                .unwrap_or(16);
             policy_grid(shape, step, &GRID_OFFSETS)
         }
         "list" => {
-            let p = args.seeds.as_ref().context("--seed-policy list needs --seeds FILE")?;
+            let p = args
+                .seeds
+                .as_ref()
+                .context("--seed-policy list needs --seeds FILE")?;
             read_seed_list(p, offset, shape)?
         }
-        other => bail!("seed policy {other:?}: expected peaks (PolicyPeaks), grid (PolicyGrid3d) or list"),
+        other => bail!(
+            "seed policy {other:?}: expected peaks (PolicyPeaks), grid (PolicyGrid3d) or list"
+        ),
     };
     let seeds_s = t_seeds.elapsed().as_secs_f64();
     if let Some(p) = &args.seeds_out {
         let text: String = seeds
             .iter()
-            .map(|s| format!("{},{},{}\n", s[2] + offset[2], s[1] + offset[1], s[0] + offset[0]))
+            .map(|s| {
+                format!(
+                    "{},{},{}\n",
+                    s[2] + offset[2],
+                    s[1] + offset[1],
+                    s[0] + offset[0]
+                )
+            })
             .collect();
         std::fs::write(p, text).with_context(|| format!("writing seeds to {}", p.display()))?;
         if args.seeds_only {
-            println!("{} seeds ({policy}, {seeds_s:.1} s) written to {}", seeds.len(), p.display());
+            println!(
+                "{} seeds ({policy}, {seeds_s:.1} s) written to {}",
+                seeds.len(),
+                p.display()
+            );
             return Ok(());
         }
     }
 
-    let mut canvas = Canvas::new(&image, shape, cfg.fov, cfg.deltas, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut canvas = Canvas::new(&image, shape, cfg.fov, cfg.deltas, opts)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let total_voxels = (shape[0] * shape[1] * shape[2]) as f64;
-    let bar = if args.quiet { ProgressBar::hidden() } else { ProgressBar::new(seeds.len() as u64) };
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(seeds.len() as u64)
+    };
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] seeds {pos}/{len} {msg}")
             .map_err(|e| anyhow::anyhow!("progress bar template: {e}"))?
@@ -331,7 +398,8 @@ pub fn run(args: Args) -> Result<()> {
         .context("segmentation shape")?;
     ffn_io::write_labels(&out_spec, &seg)?;
     if let (Some(ps), Some(prob)) = (&prob_spec, canvas.probability_map()) {
-        let p = Array3::from_shape_vec((shape[0], shape[1], shape[2]), prob.to_vec()).context("probability map shape")?;
+        let p = Array3::from_shape_vec((shape[0], shape[1], shape[2]), prob.to_vec())
+            .context("probability map shape")?;
         ffn_io::write_image_u8(ps, &p)?;
     }
     let c = canvas.counters().clone();
@@ -363,7 +431,10 @@ pub fn run(args: Args) -> Result<()> {
         "counters": counters_json(&c),
         "ignored_request_fields": req.as_ref().map(|r| r.ignored.clone()).unwrap_or_default(),
     });
-    let info_path = args.info_out.clone().unwrap_or_else(|| default_info_path(&out_spec));
+    let info_path = args
+        .info_out
+        .clone()
+        .unwrap_or_else(|| default_info_path(&out_spec));
     let mut info = summary.clone();
     info["origins"] = Value::Array(origins);
     std::fs::write(&info_path, serde_json::to_string_pretty(&info)? + "\n")

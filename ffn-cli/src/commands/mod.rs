@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_comm;
+mod bench_scaling;
 mod comm_selftest;
 pub mod coordinates;
 pub mod demo;

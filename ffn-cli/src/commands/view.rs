@@ -232,7 +232,7 @@ mod tests {
         let seg = VolumeSpec::new(dir.path().join("seg.h5"), "seg");
         let img = VolumeSpec::new(dir.path().join("raw.h5"), "raw");
         let labels =
-            Array3::from_shape_fn((4, 5, 6), |(z, y, x)| if x < 3 { 1 + z as u64 } else { 0 });
+            Array3::from_shape_fn((4, 5, 6), |(z, _y, x)| if x < 3 { 1 + z as u64 } else { 0 });
         ffn_io::write_labels(&seg, &labels).unwrap();
         ffn_io::write_image_f32(
             &img,

@@ -61,7 +61,8 @@ impl CommThread {
     pub fn start(factory: Factory) -> Result<Self> {
         let (tx, jobs) = mpsc::channel::<(usize, Job)>();
         let (done_tx, rx) = mpsc::channel::<Done>();
-        let (init_tx, init_rx) = mpsc::channel::<std::result::Result<(usize, usize, &'static str), String>>();
+        let (init_tx, init_rx) =
+            mpsc::channel::<std::result::Result<(usize, usize, &'static str), String>>();
         let handle = std::thread::Builder::new()
             .name("ffn-comm".into())
             .spawn(move || {
@@ -84,10 +85,20 @@ impl CommThread {
             }
             Err(_) => {
                 let _ = handle.join();
-                return Err(anyhow!("joining the job: the communication thread ended before connecting"));
+                return Err(anyhow!(
+                    "joining the job: the communication thread ended before connecting"
+                ));
             }
         };
-        Ok(Self { tx: Some(tx), rx, handle: Some(handle), rank, size, backend, in_flight: 0.into() })
+        Ok(Self {
+            tx: Some(tx),
+            rx,
+            handle: Some(handle),
+            rank,
+            size,
+            backend,
+            in_flight: 0.into(),
+        })
     }
 
     /// This rank.
@@ -106,8 +117,12 @@ impl CommThread {
     }
 
     fn submit(&self, tag: usize, job: Job) -> Result<()> {
-        let tx = self.tx.as_ref().ok_or_else(|| anyhow!("communication thread already stopped"))?;
-        tx.send((tag, job)).map_err(|_| anyhow!("rank {}: the communication thread has ended", self.rank))?;
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| anyhow!("communication thread already stopped"))?;
+        tx.send((tag, job))
+            .map_err(|_| anyhow!("rank {}: the communication thread has ended", self.rank))?;
         self.in_flight.set(self.in_flight.get() + 1);
         Ok(())
     }
@@ -119,7 +134,10 @@ impl CommThread {
 
     /// Waits for the next finished job (jobs finish in submission order).
     pub fn next(&self) -> Result<Done> {
-        let d = self.rx.recv().map_err(|_| anyhow!("rank {}: the communication thread has ended", self.rank))?;
+        let d = self
+            .rx
+            .recv()
+            .map_err(|_| anyhow!("rank {}: the communication thread has ended", self.rank))?;
         self.in_flight.set(self.in_flight.get().saturating_sub(1));
         Ok(d)
     }
@@ -153,7 +171,10 @@ impl CommThread {
 
     fn ensure_idle(&self) -> Result<()> {
         if self.in_flight() != 0 {
-            return Err(anyhow!("internal: {} collectives still in flight", self.in_flight()));
+            return Err(anyhow!(
+                "internal: {} collectives still in flight",
+                self.in_flight()
+            ));
         }
         Ok(())
     }
@@ -170,7 +191,11 @@ impl Drop for CommThread {
     }
 }
 
-fn serve(comm: &mut dyn Communicator, jobs: mpsc::Receiver<(usize, Job)>, done: mpsc::Sender<Done>) {
+fn serve(
+    comm: &mut dyn Communicator,
+    jobs: mpsc::Receiver<(usize, Job)>,
+    done: mpsc::Sender<Done>,
+) {
     let mut broken: Option<String> = None;
     while let Ok((tag, job)) = jobs.recv() {
         let started = Instant::now();
@@ -178,8 +203,12 @@ fn serve(comm: &mut dyn Communicator, jobs: mpsc::Receiver<(usize, Job)>, done: 
             (Some(e), _) => Err(e.clone()),
             (None, job) => {
                 let r = match job {
-                    Job::Sum(mut buf) => comm.allreduce_sum(&mut buf).map(|()| Payload::Floats(buf)),
-                    Job::Bytes(mut buf, root) => comm.broadcast_bytes(&mut buf, root).map(|()| Payload::Bytes(buf)),
+                    Job::Sum(mut buf) => {
+                        comm.allreduce_sum(&mut buf).map(|()| Payload::Floats(buf))
+                    }
+                    Job::Bytes(mut buf, root) => comm
+                        .broadcast_bytes(&mut buf, root)
+                        .map(|()| Payload::Bytes(buf)),
                 };
                 r.map_err(|e| {
                     let text = e.to_string();
@@ -188,7 +217,15 @@ fn serve(comm: &mut dyn Communicator, jobs: mpsc::Receiver<(usize, Job)>, done: 
                 })
             }
         };
-        if done.send(Done { tag, result, started, finished: Instant::now() }).is_err() {
+        if done
+            .send(Done {
+                tag,
+                result,
+                started,
+                finished: Instant::now(),
+            })
+            .is_err()
+        {
             break;
         }
     }
@@ -207,7 +244,9 @@ mod tests {
                 .into_iter()
                 .map(|c| {
                     s.spawn(move || -> Result<Vec<f32>> {
-                        let t = CommThread::start(Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>)))?;
+                        let t = CommThread::start(Box::new(move || {
+                            Ok(Box::new(c) as Box<dyn Communicator>)
+                        }))?;
                         let r = t.rank() as f32;
                         t.submit_sum(7, vec![r; 3])?;
                         t.submit_sum(8, vec![10.0 * r; 2])?;
@@ -236,7 +275,8 @@ mod tests {
         let mut group = LocalComm::group(2).unwrap();
         drop(group.pop());
         let c = group.pop().unwrap();
-        let t = CommThread::start(Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>))).unwrap();
+        let t =
+            CommThread::start(Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>))).unwrap();
         let e = t.sum(vec![1.0]).unwrap_err().to_string();
         assert!(e.contains("rank 1"), "{e}");
         assert!(t.broadcast(vec![0], 0).is_err());

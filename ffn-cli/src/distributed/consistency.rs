@@ -36,7 +36,13 @@ pub fn run_settings(args: &Args) -> Value {
 
 /// Paths (`a.b[2]`) where `a` and `b` differ, with both values.
 pub fn diff_json(a: &Value, b: &Value, path: &str, out: &mut Vec<(String, String, String)>) {
-    let join = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             for (k, va) in x {
@@ -68,20 +74,38 @@ impl Dist {
         let text = serde_json::to_vec(&full)?;
         let mine = fingerprint(&text);
         let root = self.broadcast(mine.to_le_bytes().to_vec(), 0)?;
-        let root = u64::from_le_bytes(root.try_into().map_err(|_| anyhow!("internal: bad fingerprint"))?);
+        let root = u64::from_le_bytes(
+            root.try_into()
+                .map_err(|_| anyhow!("internal: bad fingerprint"))?,
+        );
         let differ = self.ranks_where(mine != root)?;
-        let Some(&m) = differ.first() else { return Ok(()) };
-        let root_text = self.broadcast_message(if self.is_root() { text.clone() } else { Vec::new() }, 0)?;
+        let Some(&m) = differ.first() else {
+            return Ok(());
+        };
+        let root_text = self.broadcast_message(
+            if self.is_root() {
+                text.clone()
+            } else {
+                Vec::new()
+            },
+            0,
+        )?;
         let m_text = self.broadcast_message(if self.rank() == m { text } else { Vec::new() }, m)?;
         let parse = |t: &[u8]| serde_json::from_slice::<Value>(t).unwrap_or(Value::Null);
         let mut diffs = Vec::new();
         diff_json(&parse(&root_text), &parse(&m_text), "", &mut diffs);
-        let fields: Vec<String> =
-            diffs.iter().map(|(p, a, b)| format!("{p}: rank 0 has {a}, rank {m} has {b}")).collect();
+        let fields: Vec<String> = diffs
+            .iter()
+            .map(|(p, a, b)| format!("{p}: rank 0 has {a}, rank {m} has {b}"))
+            .collect();
         bail!(
             "the ranks do not run the same configuration (rank(s) {differ:?} differ from rank 0); \
              every rank must get the same arguments and data: {}",
-            if fields.is_empty() { "(no field-level difference found)".to_string() } else { fields.join("; ") }
+            if fields.is_empty() {
+                "(no field-level difference found)".to_string()
+            } else {
+                fields.join("; ")
+            }
         )
     }
 
@@ -90,7 +114,11 @@ impl Dist {
         let mut v = vec![0.0f32; self.size()];
         v[self.rank()] = f32::from(u8::from(flag));
         let v = self.sum(v)?;
-        Ok(v.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(r, _)| r).collect())
+        Ok(v.iter()
+            .enumerate()
+            .filter(|(_, x)| **x != 0.0)
+            .map(|(r, _)| r)
+            .collect())
     }
 
     /// Every `--checksum-every` steps (and always with `force`), compares a checksum of `params`
@@ -102,7 +130,10 @@ impl Dist {
         }
         let mine = param_checksum(params);
         let root = self.broadcast(mine.to_le_bytes().to_vec(), 0)?;
-        let root = u64::from_le_bytes(root.try_into().map_err(|_| anyhow!("internal: bad checksum"))?);
+        let root = u64::from_le_bytes(
+            root.try_into()
+                .map_err(|_| anyhow!("internal: bad checksum"))?,
+        );
         let differ = self.ranks_where(mine != root)?;
         if !differ.is_empty() {
             bail!(
@@ -122,7 +153,10 @@ mod tests {
     use ffn_comm::local::LocalComm;
 
     /// Runs `f(rank, dist)` on `n` local ranks and returns each rank's result as text.
-    fn on_ranks(n: usize, f: impl Fn(usize, &Dist) -> Result<()> + Sync) -> Vec<std::result::Result<(), String>> {
+    fn on_ranks(
+        n: usize,
+        f: impl Fn(usize, &Dist) -> Result<()> + Sync,
+    ) -> Vec<std::result::Result<(), String>> {
         let group = LocalComm::group(n).unwrap();
         let f = &f;
         std::thread::scope(|s| {
@@ -131,8 +165,11 @@ mod tests {
                 .enumerate()
                 .map(|(r, c)| {
                     s.spawn(move || {
-                        let d = Dist::connect(&DistArgs::default(), Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>)))
-                            .map_err(|e| e.to_string())?;
+                        let d = Dist::connect(
+                            &DistArgs::default(),
+                            Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>)),
+                        )
+                        .map_err(|e| e.to_string())?;
                         f(r, &d).map_err(|e| e.to_string())
                     })
                 })
@@ -142,8 +179,18 @@ mod tests {
     }
 
     fn train_args(extra: &[&str]) -> Args {
-        let mut a: Vec<String> =
-            ["--image", "s:a.h5:image", "--labels", "s:a.h5:labels", "--coords", "c", "--out", "o"].map(String::from).to_vec();
+        let mut a: Vec<String> = [
+            "--image",
+            "s:a.h5:image",
+            "--labels",
+            "s:a.h5:labels",
+            "--coords",
+            "c",
+            "--out",
+            "o",
+        ]
+        .map(String::from)
+        .to_vec();
         a.extend(extra.iter().map(|s| s.to_string()));
         Args::from_strings(&a).unwrap()
     }
@@ -161,7 +208,11 @@ mod tests {
         });
         for (r, e) in res.iter().enumerate() {
             let e = e.as_ref().expect_err("every rank fails");
-            assert!(e.contains("rank(s) [1, 2]") && e.contains("run.max_steps: rank 0 has 20, rank 1 has 10"), "rank {r}: {e}");
+            assert!(
+                e.contains("rank(s) [1, 2]")
+                    && e.contains("run.max_steps: rank 0 has 20, rank 1 has 10"),
+                "rank {r}: {e}"
+            );
         }
         // The same configuration passes, with checks of the weights.
         let ok = on_ranks(2, |_, d| {
@@ -181,7 +232,10 @@ mod tests {
         });
         for e in &res {
             let e = e.as_ref().expect_err("every rank fails");
-            assert!(e.contains("step 200") && e.contains("rank(s) [1]") && e.contains("diverged"), "{e}");
+            assert!(
+                e.contains("step 200") && e.contains("rank(s) [1]") && e.contains("diverged"),
+                "{e}"
+            );
         }
     }
 

@@ -119,7 +119,10 @@ impl Default for DistArgs {
 const MPI_ENV: [&str; 2] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"];
 
 /// The backend to use: `--comm`, or MPI when started by mpirun, or none.
-pub fn select_backend(args: &DistArgs, env: impl Fn(&str) -> Option<String>) -> Result<Option<Backend>> {
+pub fn select_backend(
+    args: &DistArgs,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Backend>> {
     if let Some(b) = args.comm {
         if b != Backend::Local && args.ranks != 1 {
             bail!(
@@ -128,7 +131,8 @@ pub fn select_backend(args: &DistArgs, env: impl Fn(&str) -> Option<String>) -> 
                 b
             );
         }
-        b.ensure_compiled_in().with_context(|| format!("--comm {b}"))?;
+        b.ensure_compiled_in()
+            .with_context(|| format!("--comm {b}"))?;
         return Ok(Some(b));
     }
     if args.ranks != 1 {
@@ -149,9 +153,13 @@ pub fn is_root_process(args: &DistArgs) -> bool {
     match select_backend(args, env) {
         Ok(Some(b)) if b != Backend::Local => {
             let rank = if b == Backend::Mpi {
-                ["OMPI_COMM_WORLD_RANK", "PMI_RANK"].iter().find_map(|v| env(v))
+                ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]
+                    .iter()
+                    .find_map(|v| env(v))
             } else {
-                ffn_comm::WorldInfo::from_env().ok().map(|w| w.rank.to_string())
+                ffn_comm::WorldInfo::from_env()
+                    .ok()
+                    .map(|w| w.rank.to_string())
             };
             rank.is_none_or(|r| r.trim() == "0")
         }
@@ -203,7 +211,10 @@ pub fn run<T: Send>(args: &DistArgs, body: impl Fn(&Dist) -> Result<T> + Sync) -
                 std::thread::Builder::new()
                     .name(format!("ffn-rank-{rank}"))
                     .spawn_scoped(s, move || -> Result<T> {
-                        let dist = Dist::connect(args, Box::new(move || Ok(Box::new(comm) as Box<dyn Communicator>)))?;
+                        let dist = Dist::connect(
+                            args,
+                            Box::new(move || Ok(Box::new(comm) as Box<dyn Communicator>)),
+                        )?;
                         let out = body(&dist)?;
                         dist.finish()?;
                         Ok(out)
@@ -244,6 +255,8 @@ pub struct Dist {
     pool: RefCell<Vec<Vec<f32>>>,
     timeline: RefCell<Option<TimelineState>>,
     last_phases: step::PhaseCell,
+    /// Use the measured step even without a communicator (benchmarks).
+    instrument: bool,
 }
 
 /// The timeline being recorded and its window.
@@ -257,12 +270,16 @@ struct TimelineState {
 impl Dist {
     fn new(args: &DistArgs, comm: Option<CommThread>) -> Self {
         let (rank, size) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.size()));
-        let scaling =
-            RankScaling { mode: args.lr_scaling.into(), ranks: size, warmup_steps: args.lr_scaling_warmup };
-        let timeline = args
-            .timeline
-            .as_ref()
-            .map(|_| TimelineState { line: Timeline::new(), first_step: None, written: false });
+        let scaling = RankScaling {
+            mode: args.lr_scaling.into(),
+            ranks: size,
+            warmup_steps: args.lr_scaling_warmup,
+        };
+        let timeline = args.timeline.as_ref().map(|_| TimelineState {
+            line: Timeline::new(),
+            first_step: None,
+            written: false,
+        });
         Self {
             args: args.clone(),
             comm,
@@ -273,12 +290,22 @@ impl Dist {
             pool: RefCell::new(Vec::new()),
             timeline: RefCell::new(timeline),
             last_phases: Default::default(),
+            instrument: false,
         }
     }
 
     /// A group of one without a communicator.
     pub fn single(args: &DistArgs) -> Self {
         Self::new(args, None)
+    }
+
+    /// A group of one that still measures its phases ([`Dist::last_phases`]): the baseline of
+    /// scaling benchmarks, with the compute of the plain step and no communication.
+    pub fn single_measured(args: &DistArgs) -> Self {
+        Self {
+            instrument: true,
+            ..Self::new(args, None)
+        }
     }
 
     /// Joins a job through a communicator created by `factory` on the communication thread.
@@ -323,19 +350,34 @@ impl Dist {
 
     /// `cfg` with this rank's share of the coordinates (offset = rank, stride = ranks).
     pub fn trainer_config(&self, cfg: TrainerConfig) -> TrainerConfig {
-        TrainerConfig { coord_offset: self.rank as u64, coord_stride: self.size as u64, ..cfg }
+        TrainerConfig {
+            coord_offset: self.rank as u64,
+            coord_stride: self.size as u64,
+            ..cfg
+        }
     }
 
     /// The bucket plan for `net` (built once).
     pub(crate) fn plan_for(&self, net: &ConvStack3d) -> Result<std::cell::Ref<'_, BucketPlan>> {
-        if self.plan.borrow().as_ref().is_none_or(|p| p.total() != net.params().len()) {
+        if self
+            .plan
+            .borrow()
+            .as_ref()
+            .is_none_or(|p| p.total() != net.params().len())
+        {
             let floats = self.args.bucket_kib.saturating_mul(1024) / 4;
-            let plan = BucketPlan::new(&net.grad_ready_order(), floats).map_err(|e| anyhow!("gradient buckets: {e}"))?;
-            *self.pool.borrow_mut() =
-                plan.buckets().iter().enumerate().map(|(i, b)| vec![0.0; b.len() + usize::from(i == 0)]).collect();
+            let plan = BucketPlan::new(&net.grad_ready_order(), floats)
+                .map_err(|e| anyhow!("gradient buckets: {e}"))?;
+            *self.pool.borrow_mut() = plan
+                .buckets()
+                .iter()
+                .enumerate()
+                .map(|(i, b)| vec![0.0; b.len() + usize::from(i == 0)])
+                .collect();
             *self.plan.borrow_mut() = Some(plan);
         }
-        std::cell::Ref::filter_map(self.plan.borrow(), Option::as_ref).map_err(|_| anyhow!("internal: no bucket plan"))
+        std::cell::Ref::filter_map(self.plan.borrow(), Option::as_ref)
+            .map_err(|_| anyhow!("internal: no bucket plan"))
     }
 
     /// Broadcast of `bytes` from `root` (lengths must agree); identity without a communicator.
@@ -349,8 +391,15 @@ impl Dist {
     /// Broadcast of a variable-length message from `root`: its length first, then the bytes.
     pub(crate) fn broadcast_message(&self, bytes: Vec<u8>, root: usize) -> Result<Vec<u8>> {
         let len = self.broadcast((bytes.len() as u64).to_le_bytes().to_vec(), root)?;
-        let len = u64::from_le_bytes(len.try_into().map_err(|_| anyhow!("internal: bad length message"))?);
-        let buf = if self.rank == root { bytes } else { vec![0u8; usize::try_from(len)?] };
+        let len = u64::from_le_bytes(
+            len.try_into()
+                .map_err(|_| anyhow!("internal: bad length message"))?,
+        );
+        let buf = if self.rank == root {
+            bytes
+        } else {
+            vec![0u8; usize::try_from(len)?]
+        };
         self.broadcast(buf, root)
     }
 
@@ -390,14 +439,22 @@ impl Dist {
         };
         // Rank 0's origin becomes time zero.
         let origin = self.broadcast(origin.to_le_bytes().to_vec(), 0)?;
-        let origin = f64::from_le_bytes(origin.try_into().map_err(|_| anyhow!("internal: bad origin"))?);
+        let origin = f64::from_le_bytes(
+            origin
+                .try_into()
+                .map_err(|_| anyhow!("internal: bad origin"))?,
+        );
         let mine = match self.timeline.borrow().as_ref() {
             Some(t) => t.line.to_trace_events(self.rank, origin),
             None => Vec::new(),
         };
         let mut all = vec![Vec::new(); self.size];
         for r in 0..self.size {
-            let text = if r == self.rank { serde_json::to_vec(&mine)? } else { Vec::new() };
+            let text = if r == self.rank {
+                serde_json::to_vec(&mine)?
+            } else {
+                Vec::new()
+            };
             let text = self.broadcast_message(text, r)?;
             if self.is_root() {
                 all[r] = serde_json::from_slice(&text).context("timeline events of a rank")?;

@@ -41,7 +41,11 @@ pub fn bytes_to_f32(b: &[u8]) -> Vec<f32> {
 /// The first `len` bytes of f32 words.
 pub fn f32_to_bytes(v: &[f32], len: usize) -> Result<Vec<u8>> {
     let b: Vec<u8> = v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
-    ensure!(len <= b.len(), "trainer state: {len} bytes announced, {} stored", b.len());
+    ensure!(
+        len <= b.len(),
+        "trainer state: {len} bytes announced, {} stored",
+        b.len()
+    );
     Ok(b[..len].to_vec())
 }
 
@@ -62,13 +66,19 @@ fn decode_buffers(b: &[u8]) -> Result<Vec<(String, Vec<f32>)>> {
     struct Reader<'a>(&'a [u8], usize);
     impl<'a> Reader<'a> {
         fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-            let end = self.1.checked_add(n).filter(|&e| e <= self.0.len()).ok_or_else(|| anyhow!("truncated optimiser state"))?;
+            let end = self
+                .1
+                .checked_add(n)
+                .filter(|&e| e <= self.0.len())
+                .ok_or_else(|| anyhow!("truncated optimiser state"))?;
             let s = &self.0[self.1..end];
             self.1 = end;
             Ok(s)
         }
         fn len(&mut self) -> Result<usize> {
-            Ok(usize::try_from(u64::from_le_bytes(self.take(8)?.try_into()?))?)
+            Ok(usize::try_from(u64::from_le_bytes(
+                self.take(8)?.try_into()?,
+            ))?)
         }
     }
     let mut r = Reader(b, 0);
@@ -78,8 +88,15 @@ fn decode_buffers(b: &[u8]) -> Result<Vec<(String, Vec<f32>)>> {
         let len = r.len()?;
         let name = String::from_utf8(r.take(len)?.to_vec()).context("optimiser state name")?;
         let count = r.len()?;
-        let raw = r.take(count.checked_mul(4).ok_or_else(|| anyhow!("optimiser state too large"))?)?;
-        let v = raw.chunks_exact(4).map(|c| f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect();
+        let raw = r.take(
+            count
+                .checked_mul(4)
+                .ok_or_else(|| anyhow!("optimiser state too large"))?,
+        )?;
+        let v = raw
+            .chunks_exact(4)
+            .map(|c| f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect();
         out.push((name, v));
     }
     Ok(out)
@@ -88,12 +105,21 @@ fn decode_buffers(b: &[u8]) -> Result<Vec<(String, Vec<f32>)>> {
 impl Dist {
     /// Copies rank 0's parameters and optimiser state to every rank, after checking that every
     /// rank is at the same `step` (a rank that resumed from another checkpoint is an error).
-    pub fn broadcast_initial(&self, net: &mut ConvStack3d, opt: &mut dyn Optimizer, step: u64) -> Result<()> {
+    pub fn broadcast_initial(
+        &self,
+        net: &mut ConvStack3d,
+        opt: &mut dyn Optimizer,
+        step: u64,
+    ) -> Result<()> {
         if self.comm().is_none() {
             return Ok(());
         }
         let root_step = self.broadcast(step.to_le_bytes().to_vec(), 0)?;
-        let root_step = u64::from_le_bytes(root_step.try_into().map_err(|_| anyhow!("internal: bad step"))?);
+        let root_step = u64::from_le_bytes(
+            root_step
+                .try_into()
+                .map_err(|_| anyhow!("internal: bad step"))?,
+        );
         let late = self.ranks_where(root_step != step)?;
         if !late.is_empty() {
             bail!(
@@ -101,15 +127,24 @@ impl Dist {
                  every rank must resume from the same checkpoint directory"
             );
         }
-        let params: Vec<u8> = net.params().iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
+        let params: Vec<u8> = net
+            .params()
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect();
         let params = self.broadcast(params, 0)?;
         for (p, c) in net.params_mut().iter_mut().zip(params.chunks_exact(4)) {
             *p = f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
         }
-        let state = if self.is_root() { encode_buffers(&opt.state()) } else { Vec::new() };
+        let state = if self.is_root() {
+            encode_buffers(&opt.state())
+        } else {
+            Vec::new()
+        };
         let state = self.broadcast_message(state, 0)?;
         if !self.is_root() {
-            opt.load_state(&decode_buffers(&state)?).map_err(|e| anyhow!("optimiser state from rank 0: {e}"))?;
+            opt.load_state(&decode_buffers(&state)?)
+                .map_err(|e| anyhow!("optimiser state from rank 0: {e}"))?;
         }
         Ok(())
     }
@@ -117,7 +152,11 @@ impl Dist {
     /// Collects every rank's example state. On rank 0 appends ranks 1.. states to `buffers` (as
     /// `trainer_state.rankR`) and returns the `distributed` entry of the checkpoint's
     /// training_config; `Value::Null` without a communicator and on other ranks. Collective.
-    pub fn gather_trainer_states(&self, trainer: &Trainer, buffers: &mut Vec<(String, Vec<f32>)>) -> Result<Value> {
+    pub fn gather_trainer_states(
+        &self,
+        trainer: &Trainer,
+        buffers: &mut Vec<(String, Vec<f32>)>,
+    ) -> Result<Value> {
         if self.comm().is_none() {
             return Ok(Value::Null);
         }
@@ -149,7 +188,9 @@ impl Dist {
         if !self.is_root() {
             return Ok(Value::Null);
         }
-        Ok(json!({ "world_size": self.size(), "trainer_state_bytes": lens, "examples_started": started }))
+        Ok(
+            json!({ "world_size": self.size(), "trainer_state_bytes": lens, "examples_started": started }),
+        )
     }
 
     /// Restores this rank's example state from a checkpoint's `training_config` and buffers.
@@ -171,14 +212,18 @@ impl Dist {
             Some(d) => d
                 .get("world_size")
                 .and_then(Value::as_u64)
-                .with_context(|| format!("{}: training_config.distributed.world_size missing", path.display()))?
-                as usize,
+                .with_context(|| {
+                    format!(
+                        "{}: training_config.distributed.world_size missing",
+                        path.display()
+                    )
+                })? as usize,
             None => 1,
         };
         let lens = |d: &Value| -> Vec<u64> {
-            d.get("trainer_state_bytes").and_then(Value::as_array).map_or_else(Vec::new, |a| {
-                a.iter().filter_map(Value::as_u64).collect()
-            })
+            d.get("trainer_state_bytes")
+                .and_then(Value::as_array)
+                .map_or_else(Vec::new, |a| a.iter().filter_map(Value::as_u64).collect())
         };
         if saved_ranks == self.size() {
             if self.is_root() {
@@ -191,13 +236,17 @@ impl Dist {
                 .find(|(n, _)| *n == name)
                 .map(|(_, b)| b)
                 .with_context(|| format!("{}: no {name} buffer", path.display()))?;
-            let len = lens(d)
-                .get(self.rank())
-                .copied()
-                .with_context(|| format!("{}: training_config.distributed.trainer_state_bytes", path.display()))?;
+            let len = lens(d).get(self.rank()).copied().with_context(|| {
+                format!(
+                    "{}: training_config.distributed.trainer_state_bytes",
+                    path.display()
+                )
+            })?;
             trainer
                 .load_state(&f32_to_bytes(buf, len as usize)?)
-                .with_context(|| format!("{}: example state of rank {}", path.display(), self.rank()))?;
+                .with_context(|| {
+                    format!("{}: example state of rank {}", path.display(), self.rank())
+                })?;
             ensure!(
                 trainer.steps() == step,
                 "{}: step {step} but the state of rank {} is at {}",
@@ -213,9 +262,17 @@ impl Dist {
                 .get("examples_started")
                 .and_then(Value::as_array)
                 .and_then(|a| a.iter().filter_map(Value::as_u64).min())
-                .with_context(|| format!("{}: training_config.distributed.examples_started", path.display()))?,
+                .with_context(|| {
+                    format!(
+                        "{}: training_config.distributed.examples_started",
+                        path.display()
+                    )
+                })?,
             None => {
-                let len = training_config.get("trainer_state_bytes").and_then(Value::as_u64).unwrap_or(0);
+                let len = training_config
+                    .get("trainer_state_bytes")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
                 trainer
                     .load_state(&f32_to_bytes(rank0_state, len as usize)?)
                     .with_context(|| format!("{}", path.display()))?;
@@ -242,7 +299,10 @@ mod tests {
 
     #[test]
     fn buffers_round_trip_and_truncation_is_an_error() {
-        let bufs = vec![("m".to_string(), vec![1.0, -2.5, f32::MIN_POSITIVE]), ("t".to_string(), vec![])];
+        let bufs = vec![
+            ("m".to_string(), vec![1.0, -2.5, f32::MIN_POSITIVE]),
+            ("t".to_string(), vec![]),
+        ];
         let enc = encode_buffers(&bufs);
         assert_eq!(decode_buffers(&enc).unwrap(), bufs);
         assert!(decode_buffers(&enc[..enc.len() - 1]).is_err());

@@ -19,8 +19,8 @@ use std::time::Instant;
 use anyhow::{Result, anyhow, bail};
 use ffn_core::network::ConvStack3d;
 use ffn_core::network::grad_hooks::GradHook;
-use ffn_core::training::distributed::BucketPlan;
 use ffn_core::optim::clip_by_value;
+use ffn_core::training::distributed::BucketPlan;
 use ffn_core::training::step::{NoReduce, StepBuffers, StepOptions, StepReport, train_step};
 use ffn_core::training::trainer::Trainer;
 use serde_json::json;
@@ -96,7 +96,8 @@ impl GradHook for Overlap<'_> {
                 let at = lo - bucket.start + usize::from(b == 0);
                 let dst = &mut self.pool[b];
                 if dst.len() == bucket.len() + usize::from(b == 0) {
-                    dst[at..at + (hi - lo)].copy_from_slice(&values[lo - range.start..hi - range.start]);
+                    dst[at..at + (hi - lo)]
+                        .copy_from_slice(&values[lo - range.start..hi - range.start]);
                 }
             }
             self.remaining[b] = self.remaining[b].saturating_sub(hi - lo);
@@ -124,13 +125,20 @@ impl Dist {
         opts: &StepOptions,
         apply: impl FnOnce(&mut [f32], &[f32], f32),
     ) -> Result<StepReport> {
-        if self.comm().is_none() && self.timeline.borrow().is_none() {
-            return train_step(trainer, net, bufs, opts, &mut NoReduce, apply).map_err(|e| anyhow!("{e}"));
+        if self.comm().is_none() && self.timeline.borrow().is_none() && !self.instrument {
+            return train_step(trainer, net, bufs, opts, &mut NoReduce, apply)
+                .map_err(|e| anyhow!("{e}"));
         }
         let fov = trainer.config().example.fov_len();
         let batch = trainer.config().batch_size;
-        if net.fov_voxels() != fov || bufs.logits.len() != batch * fov || bufs.grads.len() != net.params().len() {
-            bail!("network FOV ({} voxels) or buffers do not match the trainer (FOV {fov} voxels, batch {batch})", net.fov_voxels());
+        if net.fov_voxels() != fov
+            || bufs.logits.len() != batch * fov
+            || bufs.grads.len() != net.params().len()
+        {
+            bail!(
+                "network FOV ({} voxels) or buffers do not match the trainer (FOV {fov} voxels, batch {batch})",
+                net.fov_voxels()
+            );
         }
         let step = trainer.steps();
         let lr = self.scaling().scale(opts.schedule.at(step), step);
@@ -177,7 +185,10 @@ impl Dist {
             for (b, bucket) in plan.buckets().iter().enumerate() {
                 let done = comm.next()?;
                 if done.tag != b {
-                    bail!("internal: bucket {} came back when {b} was expected", done.tag);
+                    bail!(
+                        "internal: bucket {} came back when {b} was expected",
+                        done.tag
+                    );
                 }
                 let buf = match done.result {
                     Ok(Payload::Floats(v)) => v,
@@ -202,7 +213,9 @@ impl Dist {
             clip_by_value(&mut bufs.grads, c);
         }
         apply(net.params_mut(), &bufs.grads, lr);
-        trainer.complete_batch(&bufs.logits, loss).map_err(|e| anyhow!("{e}"))?;
+        trainer
+            .complete_batch(&bufs.logits, loss)
+            .map_err(|e| anyhow!("{e}"))?;
         let t5 = Instant::now();
         let busy: f64 = comm_spans.iter().map(|(_, a, b, _)| secs(*a, *b)).sum();
         self.last_phases.set(Phases {
@@ -223,10 +236,17 @@ impl Dist {
         self.last_phases.get()
     }
 
-    fn record_step(&self, step: u64, t: [Instant; 6], spans: &[(usize, Instant, Instant, usize)]) -> Result<()> {
+    fn record_step(
+        &self,
+        step: u64,
+        t: [Instant; 6],
+        spans: &[(usize, Instant, Instant, usize)],
+    ) -> Result<()> {
         let window_done = {
             let mut tl = self.timeline.borrow_mut();
-            let Some(state) = tl.as_mut() else { return Ok(()) };
+            let Some(state) = tl.as_mut() else {
+                return Ok(());
+            };
             if state.written {
                 return Ok(());
             }
@@ -245,7 +265,14 @@ impl Dist {
                     line.record(name, COMPUTE, step, a, b, serde_json::Value::Null);
                 }
                 for &(b, s, e, bytes) in spans {
-                    line.record("allreduce", COMM, step, s, e, json!({"bucket": b, "bytes": bytes}));
+                    line.record(
+                        "allreduce",
+                        COMM,
+                        step,
+                        s,
+                        e,
+                        json!({"bucket": b, "bytes": bytes}),
+                    );
                 }
                 step + 1 >= first + self.args().timeline_steps
             }

@@ -54,8 +54,15 @@ impl Timeline {
     /// An empty timeline starting now.
     pub fn new() -> Self {
         let origin = Instant::now();
-        let unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64() * 1e6).unwrap_or(0.0);
-        Self { origin, origin_unix_us: unix, events: Vec::new() }
+        let unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64() * 1e6)
+            .unwrap_or(0.0);
+        Self {
+            origin,
+            origin_unix_us: unix,
+            events: Vec::new(),
+        }
     }
 
     /// Wall-clock µs since the Unix epoch at this timeline's origin.
@@ -68,14 +75,24 @@ impl Timeline {
     }
 
     /// Records `name` from `start` to `end`.
-    pub fn record(&mut self, name: &'static str, thread: u32, step: u64, start: Instant, end: Instant, args: Value) {
+    pub fn record(
+        &mut self,
+        name: &'static str,
+        thread: u32,
+        step: u64,
+        start: Instant,
+        end: Instant,
+        args: Value,
+    ) {
         let s = self.us(start);
-        self.events.push(Event { name, thread, start_us: s, dur_us: (self.us(end) - s).max(0.0), step, args });
-    }
-
-    /// The recorded events.
-    pub fn events(&self) -> &[Event] {
-        &self.events
+        self.events.push(Event {
+            name,
+            thread,
+            start_us: s,
+            dur_us: (self.us(end) - s).max(0.0),
+            step,
+            args,
+        });
     }
 
     /// This rank's events as trace JSON objects, with timestamps relative to `job_origin_unix_us`.
@@ -128,7 +145,14 @@ mod tests {
         let a = Instant::now();
         let b = a + Duration::from_micros(1500);
         t.record("forward", COMPUTE, 3, a, b, Value::Null);
-        t.record("allreduce", COMM, 3, b, b + Duration::from_micros(200), json!({"bucket": 1, "bytes": 400}));
+        t.record(
+            "allreduce",
+            COMM,
+            3,
+            b,
+            b + Duration::from_micros(200),
+            json!({"bucket": 1, "bytes": 400}),
+        );
         let ev = t.to_trace_events(2, t.origin_unix_us() - 10.0);
         assert_eq!(ev.len(), 6);
         let x: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "X").collect();

@@ -31,7 +31,9 @@ pub struct Finished {
 pub fn run(mut cmd: Command, limit: Duration) -> Finished {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let what = format!("{cmd:?}");
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("starting {what}: {e}"));
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {what}: {e}"));
     finish(child, limit, &what)
 }
 
@@ -58,7 +60,10 @@ pub fn finish(mut child: Child, limit: Duration, what: &str) -> Finished {
         if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{what}: still running after {limit:?} (a hang); stderr:\n{}", t_err.join().unwrap_or_default());
+            panic!(
+                "{what}: still running after {limit:?} (a hang); stderr:\n{}",
+                t_err.join().unwrap_or_default()
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -72,7 +77,11 @@ pub fn finish(mut child: Child, limit: Duration, what: &str) -> Finished {
 
 /// Asserts success, printing the output otherwise.
 pub fn ok(f: &Finished, what: &str) {
-    assert_eq!(f.code, 0, "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}", f.code, f.stdout, f.stderr);
+    assert_eq!(
+        f.code, 0,
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        f.code, f.stdout, f.stderr
+    );
 }
 
 /// One kernel thread per rank: the engine's sums depend on its thread count, so bitwise
@@ -89,15 +98,28 @@ pub fn ffn(args: &[String]) -> Command {
 /// `ffn launch -n N --timeout 200 -- ARGS` (shm and zmq ranks on this host).
 pub fn launch(n: usize, args: &[String]) -> Command {
     let mut c = Command::new(FFN);
-    c.args(["launch", "-n", &n.to_string(), "--timeout", "200", "--"]).args(args).env(THREADS.0, THREADS.1);
+    c.args(["launch", "-n", &n.to_string(), "--timeout", "200", "--"])
+        .args(args)
+        .env(THREADS.0, THREADS.1);
     c
 }
 
 /// `mpirun --allow-run-as-root --oversubscribe -n N ffn ARGS`.
 pub fn mpirun(n: usize, args: &[String]) -> Command {
     let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string(), "-x", THREADS.0, FFN]).args(args);
-    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1").env(THREADS.0, THREADS.1);
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        &n.to_string(),
+        "-x",
+        THREADS.0,
+        FFN,
+    ])
+    .args(args);
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env(THREADS.0, THREADS.1);
     c
 }
 
@@ -107,22 +129,72 @@ pub fn prepare(dir: &Path) -> Vec<String> {
     let coords = dir.join("t.coords").display().to_string();
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     for args in [
-        s(&["synth", "--out", &h5, "--shape", "30,30,30", "--neurites", "10", "--seed", "5"]),
-        s(&["partitions", "--labels", &format!("{h5}:labels"), "--out", &format!("{h5}:af"), "--lom-radius", "4", "--min-size", "100"]),
-        s(&["coordinates", "--partitions", &format!("s:{h5}:af"), "--out", &coords, "--margin", "6"]),
+        s(&[
+            "synth",
+            "--out",
+            &h5,
+            "--shape",
+            "30,30,30",
+            "--neurites",
+            "10",
+            "--seed",
+            "5",
+        ]),
+        s(&[
+            "partitions",
+            "--labels",
+            &format!("{h5}:labels"),
+            "--out",
+            &format!("{h5}:af"),
+            "--lom-radius",
+            "4",
+            "--min-size",
+            "100",
+        ]),
+        s(&[
+            "coordinates",
+            "--partitions",
+            &format!("s:{h5}:af"),
+            "--out",
+            &coords,
+            "--margin",
+            "6",
+        ]),
     ] {
         ok(&run(ffn(&args), LIMIT), &format!("ffn {args:?}"));
     }
     s(&[
-        "train", "--image", &format!("s:{h5}:image"), "--labels", &format!("s:{h5}:labels"), "--coords", &coords,
-        "--depth", "2", "--features", "4", "--fov", "7,7,7", "--deltas", "2,2,2", "--optimizer", "momentum", "--learning-rate", "0.01",
-        "--report-every", "2", "--quiet",
+        "train",
+        "--image",
+        &format!("s:{h5}:image"),
+        "--labels",
+        &format!("s:{h5}:labels"),
+        "--coords",
+        &coords,
+        "--depth",
+        "2",
+        "--features",
+        "4",
+        "--fov",
+        "7,7,7",
+        "--deltas",
+        "2,2,2",
+        "--optimizer",
+        "momentum",
+        "--learning-rate",
+        "0.01",
+        "--report-every",
+        "2",
+        "--quiet",
     ])
 }
 
 /// `base` plus `extra`.
 pub fn with(base: &[String], extra: &[&str]) -> Vec<String> {
-    base.iter().cloned().chain(extra.iter().map(|s| s.to_string())).collect()
+    base.iter()
+        .cloned()
+        .chain(extra.iter().map(|s| s.to_string()))
+        .collect()
 }
 
 /// `base` with `flag`'s value replaced by `value` (appended when absent).
@@ -137,7 +209,9 @@ pub fn set(base: &[String], flag: &str, value: &str) -> Vec<String> {
 
 /// The checkpoint of `step` in run directory `out`.
 pub fn checkpoint(out: &Path, step: u64) -> Checkpoint {
-    let p = out.join("checkpoints").join(format!("ckpt-{step:010}.safetensors"));
+    let p = out
+        .join("checkpoints")
+        .join(format!("ckpt-{step:010}.safetensors"));
     load_checkpoint(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -149,14 +223,28 @@ pub fn bits(v: &[f32]) -> Vec<u32> {
 /// Asserts that two parameter vectors are bitwise equal (reporting how many values differ).
 pub fn assert_bitwise(a: &[f32], b: &[f32], what: &str) {
     assert_eq!(a.len(), b.len(), "{what}: lengths");
-    let n = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
-    assert_eq!(n, 0, "{what}: {n} of {} values differ in some bit (relative distance {:e})", a.len(), rel_dist(a, b));
+    let n = a
+        .iter()
+        .zip(b)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count();
+    assert_eq!(
+        n,
+        0,
+        "{what}: {n} of {} values differ in some bit (relative distance {:e})",
+        a.len(),
+        rel_dist(a, b)
+    );
 }
 
 /// Largest |a - b| over the largest |b|: the relative distance of two parameter vectors.
 pub fn rel_dist(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len());
-    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() as f64)
+        .fold(0.0, f64::max);
     let s = b.iter().map(|y| y.abs() as f64).fold(0.0, f64::max);
     d / s.max(1e-30)
 }

@@ -23,7 +23,7 @@ pub(crate) fn available() -> bool {
 /// AVX2 and FMA must be available; `inp` must be readable at `i * cin + kk` for `i < NV`,
 /// `kk < depth`; `w` at `kk * w_rs + 0..32`; `out` writable at `i * out_rs + 0..32`.
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn tile<const NV: usize>(
     inp: *const f32,
     cin: usize,

@@ -140,7 +140,7 @@ fn conv_planes(
 fn use_direct_kernel(cout: usize) -> bool {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        cout % super::avx2::BLOCK == 0 && super::avx2::available()
+        cout.is_multiple_of(super::avx2::BLOCK) && super::avx2::available()
     }
     #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
     {

@@ -154,7 +154,7 @@ impl<'a> Canvas<'a> {
             });
         }
         for a in 0..3 {
-            if fov[a] % 2 == 0 {
+            if fov[a].is_multiple_of(2) {
                 return Err(InferenceError::Geometry(alloc::format!(
                     "fov: expected odd sizes, found {fov:?} (z, y, x)"
                 )));
@@ -226,7 +226,10 @@ impl<'a> Canvas<'a> {
     /// The segmentation, `[z][y][x]` flattened: segment ids, 0 = unassigned (failed seed marks
     /// included).
     pub fn segmentation(&self) -> Vec<u64> {
-        self.seg.iter().map(|&s| if s == FAILED { 0 } else { s as u64 }).collect()
+        self.seg
+            .iter()
+            .map(|&s| if s == FAILED { 0 } else { s as u64 })
+            .collect()
     }
 
     /// The quantised object probability of every assigned voxel (0 elsewhere), when
@@ -258,7 +261,10 @@ impl<'a> Canvas<'a> {
 
     /// True when the FOV centred at `pos` lies inside the image (margin `fov / 2`).
     pub fn within_margin(&self, pos: Pos) -> bool {
-        (0..3).all(|a| pos[a] >= self.margin[a] as i64 && pos[a] + (self.margin[a] as i64) < self.shape[a] as i64)
+        (0..3).all(|a| {
+            pos[a] >= self.margin[a] as i64
+                && pos[a] + (self.margin[a] as i64) < self.shape[a] as i64
+        })
     }
 
     /// The validity rule for a FOV position (see the module docs); counts rejections.
@@ -305,14 +311,21 @@ impl<'a> Canvas<'a> {
     /// new logits are left in `out_patch`.
     fn update_at<P: Predictor + ?Sized>(&mut self, p: [usize; 3], predictor: &mut P) {
         let f = self.fov;
-        let lo = [p[0] - self.margin[0], p[1] - self.margin[1], p[2] - self.margin[2]];
+        let lo = [
+            p[0] - self.margin[0],
+            p[1] - self.margin[1],
+            p[2] - self.margin[2],
+        ];
         let pad = self.lg.pad_value;
         for dz in 0..f[0] {
             for dy in 0..f[1] {
                 let src = self.idx([lo[0] + dz, lo[1] + dy, lo[2]]);
                 let dst = (dz * f[1] + dy) * f[2];
                 self.img_patch[dst..dst + f[2]].copy_from_slice(&self.image[src..src + f[2]]);
-                for (d, &s) in self.seed_patch[dst..dst + f[2]].iter_mut().zip(&self.seed[src..src + f[2]]) {
+                for (d, &s) in self.seed_patch[dst..dst + f[2]]
+                    .iter_mut()
+                    .zip(&self.seed[src..src + f[2]])
+                {
                     *d = if s.is_nan() { pad } else { s };
                 }
             }
@@ -322,8 +335,13 @@ impl<'a> Canvas<'a> {
 
         // The disco rule: never raise voxels the network had declared outside (< logit(0.5)).
         if self.opts.disco_seed_threshold >= 0.0 {
-            let above = self.out_patch.iter().filter(|&&l| l >= self.lg.move_threshold).count();
-            if (above as f64 / self.out_patch.len() as f64) > self.opts.disco_seed_threshold as f64 {
+            let above = self
+                .out_patch
+                .iter()
+                .filter(|&&l| l >= self.lg.move_threshold)
+                .count();
+            if (above as f64 / self.out_patch.len() as f64) > self.opts.disco_seed_threshold as f64
+            {
                 let level = self.lg.disco_level;
                 for dz in 0..f[0] {
                     for dy in 0..f[1] {
@@ -364,7 +382,8 @@ impl<'a> Canvas<'a> {
         self.touch(start, [start[0] + 1, start[1] + 1, start[2] + 1]);
         let start_pos = start.map(|v| v as i64);
         self.policy.reset(start_pos);
-        self.policy.push((2.0 * self.lg.move_score_threshold) as f32, start_pos);
+        self.policy
+            .push((2.0 * self.lg.move_score_threshold) as f32, start_pos);
         self.min_pos = start;
         self.max_pos = start;
         let mut iters = 0u64;
@@ -379,9 +398,9 @@ impl<'a> Canvas<'a> {
             }
             let p = pos.map(|v| v as usize);
             self.update_at(p, predictor);
-            for a in 0..3 {
-                self.min_pos[a] = self.min_pos[a].min(p[a]);
-                self.max_pos[a] = self.max_pos[a].max(p[a]);
+            for (a, &pa) in p.iter().enumerate() {
+                self.min_pos[a] = self.min_pos[a].min(pa);
+                self.max_pos[a] = self.max_pos[a].max(pa);
             }
             iters += 1;
             self.policy.update(&self.out_patch, self.fov, pos);
@@ -452,7 +471,8 @@ impl<'a> Canvas<'a> {
         let lo = [0, 1, 2].map(|a| self.min_pos[a].saturating_sub(self.fov[a] / 2));
         let hi = [0, 1, 2].map(|a| (self.max_pos[a] + self.fov[a] / 2 + 1).min(self.shape[a]));
         let th = self.lg.segment_threshold;
-        let mut overlaps: alloc::collections::BTreeMap<u32, u64> = alloc::collections::BTreeMap::new();
+        let mut overlaps: alloc::collections::BTreeMap<u32, u64> =
+            alloc::collections::BTreeMap::new();
         let mut raw = 0u64;
         let mut actual = 0u64;
         for z in lo[0]..hi[0] {
@@ -506,7 +526,10 @@ impl<'a> Canvas<'a> {
             voxels: actual,
             overlaps: overlaps.into_iter().map(|(k, v)| (k as u64, v)).collect(),
         });
-        Ok(SeedOutcome::Segment { id: id as u64, voxels: actual })
+        Ok(SeedOutcome::Segment {
+            id: id as u64,
+            voxels: actual,
+        })
     }
 
     /// Runs [`Canvas::try_seed`] over `seeds` in order. `on_progress` is called after every

@@ -93,7 +93,11 @@ pub enum InferenceError {
 impl fmt::Display for InferenceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Shape { what, expected, actual } => {
+            Self::Shape {
+                what,
+                expected,
+                actual,
+            } => {
                 write!(f, "{what}: expected {expected} values, found {actual}")
             }
             Self::Geometry(m) => write!(f, "{m}"),

@@ -26,10 +26,19 @@ pub fn scored_move_offsets(
     deltas: [usize; 3],
     threshold: f64,
 ) -> Vec<(f32, Pos)> {
-    assert_eq!(logits.len(), fov[0] * fov[1] * fov[2], "logits must hold one FOV");
+    assert_eq!(
+        logits.len(),
+        fov[0] * fov[1] * fov[2],
+        "logits must hold one FOV"
+    );
     let c = [fov[0] / 2, fov[1] / 2, fov[2] / 2];
     for a in 0..3 {
-        assert!(deltas[a] <= c[a], "delta {} exceeds half the FOV {}", deltas[a], c[a]);
+        assert!(
+            deltas[a] <= c[a],
+            "delta {} exceeds half the FOV {}",
+            deltas[a],
+            c[a]
+        );
     }
     let idx = |p: [usize; 3]| (p[0] * fov[1] + p[1]) * fov[2] + p[2];
     let mut out: Vec<(f32, Pos)> = Vec::new();
@@ -55,7 +64,9 @@ pub fn scored_move_offsets(
                     }
                 }
             }
-            let Some((score, iu, iv)) = best else { continue };
+            let Some((score, iu, iv)) = best else {
+                continue;
+            };
             if (score as f64) < threshold || score.is_nan() {
                 continue;
             }
@@ -84,7 +95,13 @@ pub struct FaceMaxPolicy {
 impl FaceMaxPolicy {
     /// A policy moving by `deltas` (`[z, y, x]`) when a face maximum reaches `threshold` (a logit).
     pub fn new(deltas: [usize; 3], threshold: f64) -> Self {
-        Self { deltas, threshold, queue: VecDeque::new(), done: BTreeSet::new(), start: [0; 3] }
+        Self {
+            deltas,
+            threshold,
+            queue: VecDeque::new(),
+            done: BTreeSet::new(),
+            start: [0; 3],
+        }
     }
 
     /// Forgets everything and centres the de-duplication grid on a new object's seed.
@@ -195,7 +212,10 @@ mod tests {
         let l = vec![1.0f32; 729];
         let m = scored_move_offsets(&l, FOV, [0, 2, 2], 0.0);
         // y-: (0,-2,-2); y+: (0,2,-2); x-: (0,-2,-2) again (dropped); x+: (0,-2,2).
-        assert_eq!(m, vec![(1.0, [0, -2, -2]), (1.0, [0, 2, -2]), (1.0, [0, -2, 2])]);
+        assert_eq!(
+            m,
+            vec![(1.0, [0, -2, -2]), (1.0, [0, 2, -2]), (1.0, [0, -2, 2])]
+        );
     }
 
     #[test]

@@ -33,7 +33,13 @@ pub struct PeaksOptions {
 
 impl Default for PeaksOptions {
     fn default() -> Self {
-        Self { sigma: 49.0 / 6.0, min_distance: 3, voxel_size: [1.0; 3], noise_seed: 42, noise_amplitude: 1e-4 }
+        Self {
+            sigma: 49.0 / 6.0,
+            min_distance: 3,
+            voxel_size: [1.0; 3],
+            noise_seed: 42,
+            noise_amplitude: 1e-4,
+        }
     }
 }
 
@@ -79,7 +85,13 @@ fn for_lines(
 /// scipy `correlate1d` of a symmetric (`antisymmetric == false`, `w[r + j] == w[r - j]`) or
 /// antisymmetric kernel `w` of length `2r + 1` along `axis`, mode reflect, accumulating in f64 in
 /// scipy's order and rounding to f32.
-fn correlate_axis(input: &[f32], shape: [usize; 3], axis: usize, w: &[f64], antisymmetric: bool) -> Vec<f32> {
+fn correlate_axis(
+    input: &[f32],
+    shape: [usize; 3],
+    axis: usize,
+    w: &[f64],
+    antisymmetric: bool,
+) -> Vec<f32> {
     let r = w.len() / 2;
     let n = shape[axis];
     let mut output = vec![0f32; input.len()];
@@ -151,7 +163,9 @@ fn numpy_sum(v: &[f64]) -> f64 {
 pub fn gaussian_kernel(sigma: f64) -> Vec<f64> {
     let radius = (4.0 * sigma + 0.5) as i64;
     let s2 = sigma * sigma;
-    let phi: Vec<f64> = (-radius..=radius).map(|x| libm::exp(-0.5 / s2 * (x * x) as f64)).collect();
+    let phi: Vec<f64> = (-radius..=radius)
+        .map(|x| libm::exp(-0.5 / s2 * (x * x) as f64))
+        .collect();
     let sum = numpy_sum(&phi);
     phi.iter().map(|p| p / sum).collect()
 }
@@ -218,7 +232,10 @@ fn edt_line(f: &[f64], w2: f64, d: &mut [f64], v: &mut [usize], z: &mut [f64]) {
 /// size `voxel_size` (`[z, y, x]`); infinity when there is no feature at all. Exact (separable
 /// lower-envelope algorithm).
 pub fn distance_transform(feature: &[bool], shape: [usize; 3], voxel_size: [f64; 3]) -> Vec<f64> {
-    let mut sq: Vec<f64> = feature.iter().map(|&b| if b { 0.0 } else { f64::INFINITY }).collect();
+    let mut sq: Vec<f64> = feature
+        .iter()
+        .map(|&b| if b { 0.0 } else { f64::INFINITY })
+        .collect();
     let st = strides(shape);
     for axis in 0..3 {
         let n = shape[axis];
@@ -258,7 +275,9 @@ impl Mt19937 {
         let mut mt = [0u32; 624];
         mt[0] = seed;
         for i in 1..624 {
-            mt[i] = 1_812_433_253u32.wrapping_mul(mt[i - 1] ^ (mt[i - 1] >> 30)).wrapping_add(i as u32);
+            mt[i] = 1_812_433_253u32
+                .wrapping_mul(mt[i - 1] ^ (mt[i - 1] >> 30))
+                .wrapping_add(i as u32);
         }
         Self { mt, i: 624 }
     }
@@ -308,7 +327,9 @@ fn max_filter_axis(v: &[f64], shape: [usize; 3], axis: usize, r: usize) -> Vec<f
             for q in 0..n {
                 let lo = q.saturating_sub(r);
                 let hi = (q + r + 1).min(n);
-                out[base + q * st[axis]] = line[lo..hi].iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+                out[base + q * st[axis]] = line[lo..hi]
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |a, &b| a.max(b));
             }
         }
     }
@@ -319,7 +340,12 @@ fn max_filter_axis(v: &[f64], shape: [usize; 3], axis: usize, r: usize) -> Vec<f
 /// half-size `min_distance` around them (clipped at the volume border), strictly above
 /// `threshold`, and at least `min_distance` from every border (skimage's `peak_local_max` with
 /// `exclude_border`). Returned in `[z, y, x]` lexicographic order.
-pub fn local_maxima(v: &[f64], shape: [usize; 3], min_distance: usize, threshold: f64) -> Vec<[usize; 3]> {
+pub fn local_maxima(
+    v: &[f64],
+    shape: [usize; 3],
+    min_distance: usize,
+    threshold: f64,
+) -> Vec<[usize; 3]> {
     let mut m = v.to_vec();
     for axis in 0..3 {
         m = max_filter_axis(&m, shape, axis, min_distance);
@@ -348,7 +374,10 @@ pub fn policy_peaks(image: &[f32], shape: [usize; 3], opts: &PeaksOptions) -> Ve
     let dt = distance_transform(&is_edge, shape, opts.voxel_size);
     let mut rng = Mt19937::new(opts.noise_seed);
     // scipy returns float64 distances; google/ffn casts them to float32 before adding the noise.
-    let noisy: Vec<f64> = dt.iter().map(|&d| (d as f32) as f64 + rng.next_f64() * opts.noise_amplitude).collect();
+    let noisy: Vec<f64> = dt
+        .iter()
+        .map(|&d| (d as f32) as f64 + rng.next_f64() * opts.noise_amplitude)
+        .collect();
     local_maxima(&noisy, shape, opts.min_distance, 0.0)
 }
 
@@ -379,7 +408,9 @@ mod tests {
 
     fn random_volume(shape: [usize; 3], seed: u64) -> Vec<f32> {
         let mut r = Rng::new(seed);
-        (0..shape.iter().product::<usize>()).map(|_| (r.next_f64() * 4.0 - 2.0) as f32).collect()
+        (0..shape.iter().product::<usize>())
+            .map(|_| (r.next_f64() * 4.0 - 2.0) as f32)
+            .collect()
     }
 
     /// Direct 3D correlation with a separable kernel, reflect mode, all in f64 (reference).
@@ -396,7 +427,10 @@ mod tests {
                             let yy = reflect(y as i64 + b as i64 - r[1] as i64, shape[1]);
                             for (c, wc) in k[2].iter().enumerate() {
                                 let xx = reflect(x as i64 + c as i64 - r[2] as i64, shape[2]);
-                                acc += wa * wb * wc * input[(zz * shape[1] + yy) * shape[2] + xx] as f64;
+                                acc += wa
+                                    * wb
+                                    * wc
+                                    * input[(zz * shape[1] + yy) * shape[2] + xx] as f64;
                             }
                         }
                     }
@@ -442,14 +476,22 @@ mod tests {
         let fast = sobel_magnitude(&img, shape);
         for i in 0..img.len() {
             let m = (gz[i] * gz[i] + gy[i] * gy[i] + gx[i] * gx[i]).sqrt();
-            assert!((fast[i] as f64 - m).abs() < 1e-4 * (1.0 + m), "{} vs {m}", fast[i]);
+            assert!(
+                (fast[i] as f64 - m).abs() < 1e-4 * (1.0 + m),
+                "{} vs {m}",
+                fast[i]
+            );
         }
     }
 
     #[test]
     fn distance_transform_matches_brute_force() {
         let mut r = Rng::new(9);
-        for (shape, vs) in [([7, 8, 9], [1.0, 1.0, 1.0]), ([5, 9, 6], [2.5, 1.0, 0.7]), ([1, 1, 12], [1.0; 3])] {
+        for (shape, vs) in [
+            ([7, 8, 9], [1.0, 1.0, 1.0]),
+            ([5, 9, 6], [2.5, 1.0, 0.7]),
+            ([1, 1, 12], [1.0; 3]),
+        ] {
             let n: usize = shape.iter().product();
             let feat: Vec<bool> = (0..n).map(|_| r.next_f64() < 0.05).collect();
             if !feat.iter().any(|&b| b) {
@@ -462,13 +504,30 @@ mod tests {
                         let mut best = f64::INFINITY;
                         for (j, &f) in feat.iter().enumerate() {
                             if f {
-                                let (fz, fy, fx) = (j / (shape[1] * shape[2]), j / shape[2] % shape[1], j % shape[2]);
-                                let d = [z as f64 - fz as f64, y as f64 - fy as f64, x as f64 - fx as f64];
-                                best = best.min(((d[0] * vs[0]).powi(2) + (d[1] * vs[1]).powi(2) + (d[2] * vs[2]).powi(2)).sqrt());
+                                let (fz, fy, fx) = (
+                                    j / (shape[1] * shape[2]),
+                                    j / shape[2] % shape[1],
+                                    j % shape[2],
+                                );
+                                let d = [
+                                    z as f64 - fz as f64,
+                                    y as f64 - fy as f64,
+                                    x as f64 - fx as f64,
+                                ];
+                                best = best.min(
+                                    ((d[0] * vs[0]).powi(2)
+                                        + (d[1] * vs[1]).powi(2)
+                                        + (d[2] * vs[2]).powi(2))
+                                    .sqrt(),
+                                );
                             }
                         }
                         let i = (z * shape[1] + y) * shape[2] + x;
-                        assert!((fast[i] - best).abs() < 1e-9, "{shape:?} {vs:?} at {z},{y},{x}: {} vs {best}", fast[i]);
+                        assert!(
+                            (fast[i] - best).abs() < 1e-9,
+                            "{shape:?} {vs:?} at {z},{y},{x}: {} vs {best}",
+                            fast[i]
+                        );
                     }
                 }
             }
@@ -493,7 +552,9 @@ mod tests {
     fn local_maxima_match_brute_force() {
         let shape = [12, 13, 14];
         let mut r = Rng::new(11);
-        let v: Vec<f64> = (0..shape.iter().product::<usize>()).map(|_| r.next_f64()).collect();
+        let v: Vec<f64> = (0..shape.iter().product::<usize>())
+            .map(|_| r.next_f64())
+            .collect();
         let fast = local_maxima(&v, shape, 2, 0.0);
         let mut slow = Vec::new();
         for z in 2..shape[0] - 2 {
@@ -541,7 +602,10 @@ mod tests {
         assert!(seeds.iter().any(|s| inside(s, 17, 28)), "{seeds:?}");
         for s in &seeds {
             for a in 0..3 {
-                assert!(planes[a].iter().all(|&p| s[a].abs_diff(p) >= 2), "seed {s:?} on a membrane");
+                assert!(
+                    planes[a].iter().all(|&p| s[a].abs_diff(p) >= 2),
+                    "seed {s:?} on a membrane"
+                );
             }
         }
         // Sorted lexicographically.

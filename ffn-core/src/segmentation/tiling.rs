@@ -208,6 +208,7 @@ mod tests {
     /// partition, consecutive tiles overlapping by at least the requested amount, cores away
     /// from the inner faces by at least overlap / 2.
     #[test]
+    #[allow(clippy::needless_range_loop)]
     fn plans_cover_and_partition() {
         for len in [1usize, 2, 5, 16, 17, 31, 64, 100] {
             for size in [1usize, 3, 8, 16, 40, 200] {

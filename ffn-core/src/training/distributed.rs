@@ -61,7 +61,11 @@ pub struct RankScaling {
 impl RankScaling {
     /// The seed paper's default: linear scaling, 2000 warm-up steps.
     pub fn paper(ranks: usize) -> Self {
-        Self { mode: LrScaling::Linear, ranks, warmup_steps: 2000 }
+        Self {
+            mode: LrScaling::Linear,
+            ranks,
+            warmup_steps: 2000,
+        }
     }
 
     /// Checks the fields.
@@ -106,7 +110,12 @@ pub fn fingerprint(bytes: &[u8]) -> u64 {
 /// probability. Not cryptographic.
 pub fn param_checksum(params: &[f32]) -> u64 {
     // Four independent lanes keep the loop fast; each lane is a multiply-xorshift hash.
-    let mut lanes = [FNV_OFFSET, FNV_PRIME, 0x9E37_79B9_7F4A_7C15, 0xD1B5_4A32_D192_ED03];
+    let mut lanes = [
+        FNV_OFFSET,
+        FNV_PRIME,
+        0x9E37_79B9_7F4A_7C15,
+        0xD1B5_4A32_D192_ED03,
+    ];
     let mix = |h: u64, v: u64| {
         let x = (h ^ v).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         x ^ (x >> 29)
@@ -147,7 +156,11 @@ impl BucketPlan {
         let mut covered = alloc::vec![false; total];
         for r in ready_order {
             if r.end > total || r.start > r.end {
-                return Err(invalid("gradient ranges", alloc::format!("ranges within 0..{total}"), r));
+                return Err(invalid(
+                    "gradient ranges",
+                    alloc::format!("ranges within 0..{total}"),
+                    r,
+                ));
             }
             for c in &mut covered[r.clone()] {
                 if *c {
@@ -205,16 +218,32 @@ mod tests {
 
     #[test]
     fn scaling_rules_and_warmup() {
-        let lin = RankScaling { mode: LrScaling::Linear, ranks: 4, warmup_steps: 4 };
+        let lin = RankScaling {
+            mode: LrScaling::Linear,
+            ranks: 4,
+            warmup_steps: 4,
+        };
         let f: Vec<f64> = (0..6).map(|s| lin.factor(s)).collect();
         assert_eq!(f, [1.0, 1.75, 2.5, 3.25, 4.0, 4.0]);
-        let sq = RankScaling { mode: LrScaling::Sqrt, ranks: 16, warmup_steps: 0 };
+        let sq = RankScaling {
+            mode: LrScaling::Sqrt,
+            ranks: 16,
+            warmup_steps: 0,
+        };
         assert_eq!(sq.factor(0), 4.0);
-        let none = RankScaling { mode: LrScaling::None, ranks: 16, warmup_steps: 10 };
+        let none = RankScaling {
+            mode: LrScaling::None,
+            ranks: 16,
+            warmup_steps: 10,
+        };
         assert!((0..20).all(|s| none.factor(s) == 1.0));
         // One rank never changes the rate, whatever the rule.
         for mode in [LrScaling::None, LrScaling::Linear, LrScaling::Sqrt] {
-            let one = RankScaling { mode, ranks: 1, warmup_steps: 7 };
+            let one = RankScaling {
+                mode,
+                ranks: 1,
+                warmup_steps: 7,
+            };
             assert!((0..20).all(|s| one.scale(0.01, s) == 0.01));
         }
         assert_eq!(RankScaling::paper(8).warmup_steps, 2000);
