@@ -373,7 +373,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut last_seeds = u64::MAX;
     let mut on_progress = |c: &Counters| {
         // Called after every prediction and every seed: redraw on new seeds and every 8 calls.
-        if c.seeds_done == last_seeds && c.predict_calls % 8 != 0 {
+        if c.seeds_done == last_seeds && !c.predict_calls.is_multiple_of(8) {
             return;
         }
         last_seeds = c.seeds_done;

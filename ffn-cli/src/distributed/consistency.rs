@@ -125,7 +125,7 @@ impl Dist {
     /// with rank 0's. Collective when it runs; an error on every rank on a mismatch.
     pub fn check_weights(&self, step: u64, params: &[f32], force: bool) -> Result<()> {
         let every = self.args().checksum_every;
-        if self.comm().is_none() || !(force || (every > 0 && step % every == 0)) {
+        if self.comm().is_none() || !(force || (every > 0 && step.is_multiple_of(every))) {
             return Ok(());
         }
         let mine = param_checksum(params);

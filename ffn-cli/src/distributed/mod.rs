@@ -449,7 +449,7 @@ impl Dist {
             None => Vec::new(),
         };
         let mut all = vec![Vec::new(); self.size];
-        for r in 0..self.size {
+        for (r, slot) in all.iter_mut().enumerate() {
             let text = if r == self.rank {
                 serde_json::to_vec(&mine)?
             } else {
@@ -457,7 +457,7 @@ impl Dist {
             };
             let text = self.broadcast_message(text, r)?;
             if self.is_root() {
-                all[r] = serde_json::from_slice(&text).context("timeline events of a rank")?;
+                *slot = serde_json::from_slice(&text).context("timeline events of a rank")?;
             }
         }
         if let Some(t) = self.timeline.borrow_mut().as_mut() {
