@@ -68,9 +68,11 @@ fn two_and_three_shm_ranks_match_one_rank() {
 
 #[test]
 fn two_and_three_mpi_ranks_match_one_rank() {
-    let mpirun = std::process::Command::new("mpirun")
-        .arg("--version")
-        .output();
+    let mpirun = h5(|| {
+        std::process::Command::new("mpirun")
+            .arg("--version")
+            .output()
+    });
     if mpirun.is_err() {
         eprintln!("mpirun not found: MPI runs not tested");
         return;

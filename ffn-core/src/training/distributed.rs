@@ -214,7 +214,6 @@ impl BucketPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::vec;
 
     #[test]
     fn scaling_rules_and_warmup() {
@@ -281,10 +280,11 @@ mod tests {
         let one_each = BucketPlan::new(&order, 0).unwrap();
         assert_eq!(one_each.buckets().len(), 5);
         let all = BucketPlan::new(&order, 1000).unwrap();
-        assert_eq!(all.buckets(), &[0..100]);
+        assert_eq!(all.buckets().len(), 1);
+        assert_eq!(all.buckets()[0], 0..100);
         assert!(BucketPlan::new(&[0..10, 5..20], 4).is_err());
         assert!(BucketPlan::new(&[0..10, 20..30], 4).is_err());
-        let gap = BucketPlan::new(&vec![10..20, 0..5, 5..10], 100).unwrap();
+        let gap = BucketPlan::new(&[10..20, 0..5, 5..10], 100).unwrap();
         assert_eq!(gap.buckets(), &[10..20, 0..10]);
     }
 }
