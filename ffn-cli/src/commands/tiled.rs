@@ -302,6 +302,17 @@ pub fn run(args: Args) -> Result<()> {
         Some(t) => parse_sizes("tile-overlap", t)?,
         None => fov,
     };
+    let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
+    if let Some(a) = (0..3).find(|&a| size[a] < shape[a] && overlap[a] >= size[a]) {
+        bail!(
+            "--tile-overlap {}: expected less than --tile-size {} on every axis that needs more than one tile \
+             ({} axis; volume {} x,y,z)",
+            xyz(overlap),
+            xyz(size),
+            ["z", "y", "x"][a],
+            xyz(shape)
+        );
+    }
     let plan = TilePlan::new(shape, size, overlap).context("ffn infer-tiled: the tile plan")?;
     let small = (0..3).any(|a| plan.grid_shape()[a] > 1 && overlap[a] < fov[a]);
     let n = plan.len();
@@ -342,17 +353,21 @@ pub fn run(args: Args) -> Result<()> {
     let store = TileStore::open(&store_dir, &fingerprint)?;
     if rank == 0 {
         eprintln!(
-            "infer-tiled: {n} tiles (grid {:?} z,y,x) of {:?} overlapping by {overlap:?} over {shape:?} (z,y,x); \
-             {ranks} rank(s); {} already finished in {}",
-            plan.grid_shape(),
-            plan.tile_size(),
+            "infer-tiled: {n} tiles (grid {}) of {} overlapping by {} over {} (all x,y,z); {ranks} rank(s); \
+             {} already finished in {}",
+            xyz(plan.grid_shape()),
+            xyz(plan.tile_size()),
+            xyz(overlap),
+            xyz(shape),
             store.count_done(n),
             store_dir.display()
         );
         if small {
             eprintln!(
-                "infer-tiled: warning: tile overlap {overlap:?} is smaller than the FOV {fov:?}: segments may not reach \
-                 every voxel of a tile's core"
+                "infer-tiled: warning: tile overlap {} is smaller than the FOV {} (x,y,z): segments may not reach \
+                 every voxel of a tile's core",
+                xyz(overlap),
+                xyz(fov)
             );
         }
     }
