@@ -30,7 +30,12 @@ pub struct ModelConfig {
 impl Default for ModelConfig {
     /// google/ffn's code default: depth 9, 32 features, FOV 33^3, deltas 8.
     fn default() -> Self {
-        Self { depth: 9, features: 32, fov: [33, 33, 33], deltas: [8, 8, 8] }
+        Self {
+            depth: 9,
+            features: 32,
+            fov: [33, 33, 33],
+            deltas: [8, 8, 8],
+        }
     }
 }
 
@@ -129,7 +134,10 @@ impl ModelConfig {
             return Err("model.features: expected >= 1, found 0".into());
         }
         if let Some(bad) = self.fov.iter().find(|&&s| s % 2 == 0) {
-            return Err(format!("model.fov: expected odd sizes, found {bad} in {:?}", self.fov));
+            return Err(format!(
+                "model.fov: expected odd sizes, found {bad} in {:?}",
+                self.fov
+            ));
         }
         Ok(())
     }
@@ -141,14 +149,21 @@ mod tests {
 
     #[test]
     fn published_parameter_counts() {
-        let d12 = ModelConfig { depth: 12, ..ModelConfig::default() };
+        let d12 = ModelConfig {
+            depth: 12,
+            ..ModelConfig::default()
+        };
         assert_eq!(d12.num_params(), 638_433);
         assert_eq!(ModelConfig::default().num_params(), 472_353);
     }
 
     #[test]
     fn order_and_offsets_are_contiguous() {
-        let cfg = ModelConfig { depth: 2, features: 4, ..ModelConfig::default() };
+        let cfg = ModelConfig {
+            depth: 2,
+            features: 4,
+            ..ModelConfig::default()
+        };
         let specs = cfg.param_specs();
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
@@ -177,7 +192,10 @@ mod tests {
 
     #[test]
     fn validate_names_the_field() {
-        let bad = ModelConfig { fov: [33, 32, 33], ..ModelConfig::default() };
+        let bad = ModelConfig {
+            fov: [33, 32, 33],
+            ..ModelConfig::default()
+        };
         assert!(bad.validate().unwrap_err().contains("model.fov"));
         assert!(ModelConfig::default().validate().is_ok());
     }

@@ -21,7 +21,12 @@ impl Rng {
     /// A generator from a 64-bit seed.
     pub fn new(seed: u64) -> Self {
         let mut s = seed;
-        let state = [splitmix64(&mut s), splitmix64(&mut s), splitmix64(&mut s), splitmix64(&mut s)];
+        let state = [
+            splitmix64(&mut s),
+            splitmix64(&mut s),
+            splitmix64(&mut s),
+            splitmix64(&mut s),
+        ];
         Self { state }
     }
 
@@ -39,7 +44,11 @@ impl Rng {
 
     /// Restores a state saved by [`Rng::state`]. An all-zero state is replaced by `Rng::new(0)`'s.
     pub fn from_state(state: [u64; 4]) -> Self {
-        if state == [0; 4] { Self::new(0) } else { Self { state } }
+        if state == [0; 4] {
+            Self::new(0)
+        } else {
+            Self { state }
+        }
     }
 
     /// The next 64 random bits.

@@ -13,12 +13,21 @@ pub struct Args {
 
 /// Runs the self-check and prints what it found.
 pub fn run(args: Args) -> Result<()> {
-    let fib25 = ModelConfig { depth: 12, ..ModelConfig::default() };
+    let fib25 = ModelConfig {
+        depth: 12,
+        ..ModelConfig::default()
+    };
     let params = fib25.num_params();
-    ensure!(params == 638_433, "FIB-25 model: expected 638433 parameters, found {params}");
+    ensure!(
+        params == 638_433,
+        "FIB-25 model: expected 638433 parameters, found {params}"
+    );
     let mut rng = ffn_core::rng::Rng::new(0);
     let draw = rng.truncated_normal(0.01);
-    ensure!(draw.abs() <= 0.02, "RNG: truncated normal out of range: {draw}");
+    ensure!(
+        draw.abs() <= 0.02,
+        "RNG: truncated normal out of range: {draw}"
+    );
     let mpi = cfg!(feature = "mpi");
     let zmq = cfg!(feature = "zmq");
     if args.json {
@@ -35,7 +44,11 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         println!("ffn {} self-check passed", ffn_core::VERSION);
         println!("  FIB-25 convstack_3d (depth 12, FOV 33^3): {params} parameters");
-        println!("  backends compiled in: local, shm{}{}", if mpi { ", mpi" } else { "" }, if zmq { ", zmq" } else { "" });
+        println!(
+            "  backends compiled in: local, shm{}{}",
+            if mpi { ", mpi" } else { "" },
+            if zmq { ", zmq" } else { "" }
+        );
         println!("  threads: {}", rayon::current_num_threads());
     }
     Ok(())
