@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# HDF5 file locks are inherited by child processes that tests start; locking is not needed in tests.
+export HDF5_USE_FILE_LOCKING=FALSE
 cargo build -p ffn-cli --bin ffn
 cargo test --workspace
