@@ -19,7 +19,22 @@ struct Cli {
     command: commands::Command,
 }
 
+/// Restores the default action of SIGPIPE (terminate quietly), as C tools do, so that
+/// `ffn eval ... | head` ends without a "Broken pipe" panic.
+fn default_sigpipe() {
+    const SIGPIPE: i32 = 13;
+    const SIG_DFL: usize = 0;
+    unsafe extern "C" {
+        fn signal(signum: i32, handler: usize) -> usize;
+    }
+    // SAFETY: installing the default disposition for SIGPIPE has no preconditions.
+    unsafe {
+        signal(SIGPIPE, SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     let cli = Cli::parse();
     match commands::run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,

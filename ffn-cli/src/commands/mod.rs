@@ -4,6 +4,7 @@ mod bench;
 mod bench_comm;
 mod bench_scaling;
 mod comm_selftest;
+mod consensus;
 pub mod coordinates;
 pub mod demo;
 mod eval;
@@ -55,6 +56,8 @@ pub enum Command {
     InferTiled(tiled::Args),
     /// Draws one slice of a segmentation over the image as a PNG (`--z 120 --out slice.png`).
     View(view::Args),
+    /// Consensus of two segmentations by intersection (google/ffn's split_segmentation_by_intersection).
+    Consensus(consensus::Args),
     /// Writes image and segmentation as Neuroglancer "precomputed" volumes (info + chunks).
     Export(export::Args),
 }
@@ -77,6 +80,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run(args),
         Command::InferTiled(args) => tiled::run(args),
         Command::View(args) => view::run(args),
+        Command::Consensus(args) => consensus::run(args),
         Command::Export(args) => export::run(args),
     }
 }
