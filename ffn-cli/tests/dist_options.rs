@@ -192,3 +192,61 @@ fn bad_data_parallel_options_are_named() {
         assert!(f.stderr.contains(want), "{extra:?}: {}", f.stderr);
     }
 }
+
+#[test]
+fn bench_scaling_reports_every_rank_count_and_a_projection() {
+    for backend in ["local", "shm"] {
+        let args: Vec<String> = [
+            "bench",
+            "scaling",
+            "--backend",
+            backend,
+            "--ranks",
+            "1,2",
+            "--depth",
+            "1",
+            "--fov",
+            "5",
+            "--features",
+            "2",
+            "--batch",
+            "1",
+            "--steps",
+            "2",
+            "--json",
+        ]
+        .map(String::from)
+        .to_vec();
+        let f = run(ffn(&args), LIMIT);
+        ok(&f, &format!("bench scaling --backend {backend}"));
+        let v: Value =
+            serde_json::from_str(f.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", f.stdout));
+        let runs = v["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0]["efficiency"], 1.0);
+        for r in runs {
+            assert!(
+                r["step_s"].as_f64().unwrap() > 0.0 && r["examples_per_s"].as_f64().unwrap() > 0.0,
+                "{r}"
+            );
+            assert!(r["exposed_comm_s"].as_f64().unwrap() >= 0.0);
+        }
+        let proj = v["projection"].as_array().unwrap();
+        assert_eq!(
+            proj.iter()
+                .map(|p| p["ranks"].as_u64().unwrap())
+                .collect::<Vec<_>>(),
+            [16, 32, 64, 128, 256, 512, 1024, 2048]
+        );
+        assert!(
+            proj.iter()
+                .all(|p| (0.0..=1.0).contains(&p["efficiency"].as_f64().unwrap()))
+        );
+        assert!(
+            v["comm_model"]["formula"]
+                .as_str()
+                .unwrap()
+                .contains("2(P-1)")
+        );
+    }
+}

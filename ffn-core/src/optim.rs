@@ -358,7 +358,10 @@ mod tests {
             assert_eq!(pa, pb, "{name}");
             assert_eq!(a.name(), name);
         }
-        let a = Adam { t: (1 << 40) + 12345, ..Adam::default() };
+        let a = Adam {
+            t: (1 << 40) + 12345,
+            ..Adam::default()
+        };
         let mut b = Adam::default();
         b.load_state(&a.state()).unwrap();
         assert_eq!(b.steps(), a.steps());
