@@ -77,7 +77,8 @@ impl ConvStack3d {
         loss
     }
 
-    /// The same sequence of operations as `backward_ws`, with a notification after each layer.
+    /// The backward pass of the network (the only one: `forward_backward` comes here with
+    /// [`NoHook`]), with a notification after each layer's gradient is final.
     fn backward_ws_hooked(&self, ws: &mut Workspace, grads: &mut [f32], hook: &mut dyn GradHook) {
         let g = ws.geom;
         let d = self.cfg.depth;

@@ -18,7 +18,6 @@
 use crate::conv::{Conv3dParams, fast};
 use crate::error::CoreError;
 use crate::layers;
-use crate::loss;
 use crate::model_spec::ModelConfig;
 use crate::rng::Rng;
 use crate::tensor::Padded;
@@ -325,17 +324,9 @@ impl ConvStack3d {
         logits: &mut [f32],
         grads: &mut [f32],
     ) -> f32 {
-        self.check_len("image", image.len(), batch);
-        self.check_len("seed", seed.len(), batch);
-        self.check_len("labels", labels.len(), batch);
-        self.check_len("logits", logits.len(), batch);
-        assert_eq!(grads.len(), self.params.len(), "ConvStack3d: grads length");
-        let mut ws = self.workspace(batch, true);
-        self.forward_ws(&mut ws, image, seed, logits);
-        let loss = loss::sigmoid_ce_mean_grad(logits, labels, &mut ws.glogits);
-        self.backward_ws(&mut ws, grads);
-        self.ws = Some(ws);
-        loss
+        // One backward implementation serves both entry points; `NoHook` ignores the notifications.
+        let mut no_hook = grad_hooks::NoHook;
+        self.forward_backward_with_hook(image, seed, labels, batch, logits, grads, &mut no_hook)
     }
 
     /// Backward of one conv layer: weight gradient, and the input gradient into `gin` if given.
@@ -360,63 +351,6 @@ impl ConvStack3d {
             fast::flip_weights(&p, w, f);
             fast::backward_input(&p, g, gout, f, gin);
         }
-    }
-
-    fn backward_ws(&self, ws: &mut Workspace, grads: &mut [f32]) {
-        let g = ws.geom;
-        let d = self.cfg.depth;
-        g.pad_from(&ws.glogits, 1, &mut ws.glom);
-        // conv_lom, then the final ReLU.
-        let parts = (&mut ws.flipped, &mut ws.partials);
-        self.conv_backward(
-            parts,
-            &self.layers[2 * d],
-            &g,
-            &ws.rs[d - 1],
-            &ws.glom,
-            Some(&mut ws.gx),
-            grads,
-        );
-        layers::relu_backward(&ws.xs[d - 1], &mut ws.gx);
-        for m in (1..d).rev() {
-            let parts = (&mut ws.flipped, &mut ws.partials);
-            let lb = &self.layers[2 * m + 1];
-            self.conv_backward(
-                parts,
-                lb,
-                &g,
-                &ws.us[m - 1],
-                &ws.gx,
-                Some(&mut ws.ga),
-                grads,
-            );
-            layers::relu_backward(&ws.us[m - 1], &mut ws.ga);
-            let parts = (&mut ws.flipped, &mut ws.partials);
-            let la = &self.layers[2 * m];
-            self.conv_backward(
-                parts,
-                la,
-                &g,
-                &ws.rs[m - 1],
-                &ws.ga,
-                Some(&mut ws.gb),
-                grads,
-            );
-            layers::add_relu_backward(&mut ws.gx, &ws.gb, &ws.xs[m - 1]);
-        }
-        let parts = (&mut ws.flipped, &mut ws.partials);
-        self.conv_backward(
-            parts,
-            &self.layers[1],
-            &g,
-            &ws.h,
-            &ws.gx,
-            Some(&mut ws.ga),
-            grads,
-        );
-        layers::relu_backward(&ws.h, &mut ws.ga);
-        let parts = (&mut ws.flipped, &mut ws.partials);
-        self.conv_backward(parts, &self.layers[0], &g, &ws.input, &ws.ga, None, grads);
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::conv::reference;
+use crate::loss;
 use crate::testutil::{assert_close, seed, uniform};
 
 fn tiny() -> ModelConfig {
