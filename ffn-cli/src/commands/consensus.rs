@@ -22,16 +22,11 @@ pub struct Args {
     pub split_min_size: u64,
 }
 
-fn parse(text: &str, what: &str) -> Result<VolumeSpec> {
-    text.parse::<VolumeSpec>()
-        .map_err(|e| anyhow::anyhow!("{what}: {e}"))
-}
-
 /// Runs `ffn consensus`.
 pub fn run(args: Args) -> Result<()> {
-    let first_spec = parse(&args.first, "first segmentation")?;
-    let second_spec = parse(&args.second, "second segmentation")?;
-    let out_spec = parse(&args.out, "--out")?;
+    let first_spec: VolumeSpec = args.first.parse().context("first segmentation")?;
+    let second_spec: VolumeSpec = args.second.parse().context("second segmentation")?;
+    let out_spec: VolumeSpec = args.out.parse().context("--out")?;
     let first = ffn_io::read_labels(&first_spec).context("reading the first segmentation")?;
     let second = ffn_io::read_labels(&second_spec).context("reading the second segmentation")?;
     if first.dim() != second.dim() {
