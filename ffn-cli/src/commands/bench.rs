@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Subcommand;
+use ffn_core::conv::winograd::ConvAlgorithm;
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::{ConvStack3d, analytic_flops};
 use ffn_core::optim::{Optimizer, Sgd, clip_by_value};
@@ -58,6 +59,10 @@ pub struct NetArgs {
     /// Seed of the weights and the synthetic batch.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Convolution algorithm of the 3x3x3 layers: `winograd` (F(4,3) along x, fewer
+    /// multiply-adds) or `direct`. With `winograd` the result is also compared with `direct`.
+    #[arg(long, default_value = "winograd", value_parser = super::parse_conv_algorithm)]
+    conv: ConvAlgorithm,
     /// Print one JSON line instead of a sentence.
     #[arg(long)]
     json: bool,
@@ -124,6 +129,7 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
     let mut times = pool.install(|| {
         let mut rng = Rng::new(a.seed);
         let mut net = ConvStack3d::new(cfg, 0.01, &mut rng);
+        net.set_conv_algorithm(a.conv);
         let (image, seed, labels) = make_batch(&cfg, a.batch, &mut rng);
         let mut logits = vec![0.0f32; image.len()];
         let mut grads = vec![0.0f32; net.params().len()];
@@ -148,6 +154,10 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
             })
             .collect::<Vec<f64>>()
     });
+    let deviation = match a.conv {
+        ConvAlgorithm::Winograd => Some(pool.install(|| deviation_from_direct(a, &cfg, train))),
+        ConvAlgorithm::Direct => None,
+    };
     let min = times.iter().cloned().fold(f64::INFINITY, f64::min);
     let med = median(&mut times);
     let flops = analytic_flops(&cfg);
@@ -171,6 +181,11 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
                 "min_s": min,
                 "reps": a.reps,
                 "flops_per_example": per_example,
+                "conv": a.conv.name(),
+                "vs_direct": deviation.map(|d| serde_json::json!({
+                    "max_abs_diff": d.max_abs,
+                    "relative_l2": d.relative_l2,
+                })),
             })
         );
     } else {
@@ -179,6 +194,54 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
              {} threads; median of {} calls {med:.3} s, min {min:.3} s)",
             a.depth, a.fov, a.features, a.batch, a.threads, a.reps
         );
+        println!("conv algorithm: {}", a.conv.name());
+        if let Some(d) = deviation {
+            let what = if train { "gradients" } else { "logits" };
+            println!(
+                "{what} vs direct convolution: max |diff| {:.3e}, relative L2 {:.3e}",
+                d.max_abs, d.relative_l2
+            );
+        }
     }
     Ok(())
+}
+
+/// How far one algorithm's result is from the direct one's.
+#[derive(Clone, Copy, Debug)]
+struct Deviation {
+    max_abs: f64,
+    relative_l2: f64,
+}
+
+/// Runs the benchmark's first call (same weights and batch) with `a.conv` and with the direct
+/// algorithm and compares the logits (forward) or the gradients (train).
+fn deviation_from_direct(a: &NetArgs, cfg: &ModelConfig, train: bool) -> Deviation {
+    let result = |conv: ConvAlgorithm| {
+        let mut rng = Rng::new(a.seed);
+        let mut net = ConvStack3d::new(*cfg, 0.01, &mut rng);
+        net.set_conv_algorithm(conv);
+        let (image, seed, labels) = make_batch(cfg, a.batch, &mut rng);
+        let mut logits = vec![0.0f32; image.len()];
+        if train {
+            let mut grads = vec![0.0f32; net.params().len()];
+            net.forward_backward(&image, &seed, &labels, a.batch, &mut logits, &mut grads);
+            grads
+        } else {
+            net.forward(&image, &seed, a.batch, &mut logits);
+            logits
+        }
+    };
+    let (got, want) = (result(a.conv), result(ConvAlgorithm::Direct));
+    let mut max_abs = 0.0f64;
+    let (mut diff2, mut norm2) = (0.0f64, 0.0f64);
+    for (x, y) in got.iter().zip(&want) {
+        let d = (*x as f64 - *y as f64).abs();
+        max_abs = max_abs.max(d);
+        diff2 += d * d;
+        norm2 += (*y as f64).powi(2);
+    }
+    Deviation {
+        max_abs,
+        relative_l2: (diff2 / norm2.max(f64::MIN_POSITIVE)).sqrt(),
+    }
 }

@@ -110,3 +110,90 @@ pub(crate) unsafe fn row(
         }
     }
 }
+
+/// Winograd product sums of one output row, one transformed index `i`, one 32-channel block and
+/// one kernel plane `tz`: `sums[t * sums_rs + 0..32] (+)= Σ_ty Σ_c taps[ty][t * cin + c] *
+/// w[(ty * cin + c) * w_rs + 0..32]` for the `nt` tiles of the row, three tiles at a time with
+/// their accumulators in registers.
+///
+/// # Safety
+/// AVX2 and FMA must be available; every `taps[ty]` must be readable at `t * cin + c` (`t < nt`,
+/// `c < cin`); `w` at `(ty * cin + c) * w_rs + 0..32` (`ty < 3`); `sums` readable and writable at
+/// `t * sums_rs + 0..32`.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn winograd_rows(
+    taps: &[*const f32; 3],
+    cin: usize,
+    w: *const f32,
+    w_rs: usize,
+    sums: *mut f32,
+    sums_rs: usize,
+    nt: usize,
+    accumulate: bool,
+) {
+    unsafe {
+        let mut t = 0;
+        while t + 3 <= nt {
+            let s = sums.add(t * sums_rs);
+            winograd_tile::<3>(taps, t * cin, cin, w, w_rs, s, sums_rs, accumulate);
+            t += 3;
+        }
+        let s = sums.add(t * sums_rs);
+        match nt - t {
+            2 => winograd_tile::<2>(taps, t * cin, cin, w, w_rs, s, sums_rs, accumulate),
+            1 => winograd_tile::<1>(taps, t * cin, cin, w, w_rs, s, sums_rs, accumulate),
+            _ => {}
+        }
+    }
+}
+
+/// `NV` tiles of [`winograd_rows`], starting at offset `off` of every tap row.
+///
+/// # Safety
+/// As [`winograd_rows`] for the `NV` tiles.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn winograd_tile<const NV: usize>(
+    taps: &[*const f32; 3],
+    off: usize,
+    cin: usize,
+    w: *const f32,
+    w_rs: usize,
+    sums: *mut f32,
+    sums_rs: usize,
+    accumulate: bool,
+) {
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 4]; NV];
+        if accumulate {
+            for (v, a) in acc.iter_mut().enumerate() {
+                for (j, r) in a.iter_mut().enumerate() {
+                    *r = _mm256_loadu_ps(sums.add(v * sums_rs + 8 * j));
+                }
+            }
+        }
+        for (ty, &tap) in taps.iter().enumerate() {
+            let inp = tap.add(off);
+            let wq = w.add(ty * cin * w_rs);
+            for c in 0..cin {
+                let mut x = [_mm256_setzero_ps(); NV];
+                for (v, x) in x.iter_mut().enumerate() {
+                    *x = _mm256_broadcast_ss(&*inp.add(v * cin + c));
+                }
+                let wp = wq.add(c * w_rs);
+                for j in 0..4 {
+                    let wv = _mm256_loadu_ps(wp.add(8 * j));
+                    for v in 0..NV {
+                        acc[v][j] = _mm256_fmadd_ps(x[v], wv, acc[v][j]);
+                    }
+                }
+            }
+        }
+        for (v, a) in acc.iter().enumerate() {
+            for (j, r) in a.iter().enumerate() {
+                _mm256_storeu_ps(sums.add(v * sums_rs + 8 * j), *r);
+            }
+        }
+    }
+}

@@ -88,7 +88,7 @@ fn conv_planes(
     let h = k / 2;
     let back = tap_back(g, h);
     let (p, sz) = (g.pad, g.size[0]);
-    let direct = use_direct_kernel(cout);
+    let direct = super::simd_kernels_available(cout);
     parallel::for_each_chunk_mut(out, plane * cout, |idx, chunk| {
         let zp = idx % dz;
         let Some(rows) = rows.filter(|_| zp >= p && zp < p + sz) else {
@@ -136,19 +136,6 @@ fn conv_planes(
     });
 }
 
-/// Whether the direct SIMD kernel handles `cout` output channels on this CPU.
-fn use_direct_kernel(cout: usize) -> bool {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    {
-        cout.is_multiple_of(super::avx2::BLOCK) && super::avx2::available()
-    }
-    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
-    {
-        let _ = cout;
-        false
-    }
-}
-
 /// The interior rows of output plane `idx` (whole-buffer plane index) with the direct kernel.
 #[allow(clippy::too_many_arguments)]
 fn direct_rows(
@@ -177,7 +164,7 @@ fn direct_rows(
                 last_in < g.voxels() && (first + sx) * cout <= chunk.len(),
                 "conv3d: direct kernel bounds"
             );
-            // SAFETY: AVX2/FMA were detected (use_direct_kernel), cout is a multiple of 32, and the
+            // SAFETY: AVX2/FMA were detected (simd_kernels_available), cout is a multiple of 32, and the
             // asserts above bound every input voxel read and every output voxel written.
             unsafe {
                 super::avx2::row(

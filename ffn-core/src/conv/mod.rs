@@ -25,6 +25,7 @@ mod avx2;
 pub mod fast;
 pub(crate) mod gemm;
 pub mod reference;
+pub mod winograd;
 
 #[cfg(test)]
 mod tests;
@@ -79,5 +80,20 @@ impl Conv3dParams {
     /// Half the kernel edge: the border a SAME conv needs.
     pub fn half(&self) -> usize {
         self.kernel / 2
+    }
+}
+
+/// Whether the x86-64 SIMD kernels (AVX2 + FMA, detected at run time with `std`) handle `cout`
+/// output channels on this CPU: the direct kernel of [`fast`] and the product kernel of
+/// [`winograd`]. Without `std` or on other targets, never (portable code runs).
+pub(crate) fn simd_kernels_available(cout: usize) -> bool {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        cout.is_multiple_of(avx2::BLOCK) && avx2::available()
+    }
+    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+    {
+        let _ = cout;
+        false
     }
 }

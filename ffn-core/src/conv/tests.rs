@@ -1,7 +1,7 @@
 //! Reference-vs-fast tests on awkward shapes, and finite-difference checks of the reference.
 #![allow(clippy::needless_range_loop)]
 
-use super::{Conv3dParams, fast, reference};
+use super::{Conv3dParams, fast, reference, winograd};
 use crate::rng::Rng;
 use crate::tensor::Padded;
 use crate::testutil::{assert_close, finite_diff, seed, uniform};
@@ -266,4 +266,144 @@ fn reference_gradients_match_finite_differences() {
             );
         }
     }
+}
+
+/// Winograd forward (bias, with and without ReLU) and the input gradient through Winograd with
+/// flipped weights, against the f64 reference. The tolerance scales with the sum of the absolute
+/// terms of each output (the reference run on absolute values): `2e-5` of it.
+fn check_winograd(
+    p: &Conv3dParams,
+    pad: usize,
+    rng: &mut Rng,
+    scratch: &mut winograd::WinogradScratch,
+) {
+    let g = Padded::new(p.batch, p.size, pad);
+    let what = alloc::format!("{p:?} pad {pad}");
+    let input = uniform(rng, p.input_len());
+    let w = uniform(rng, p.weights_len());
+    let b = uniform(rng, p.out_channels);
+    let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
+    let check = |name: &str, got: &[f32], want: &[f32], mag: &[f32]| {
+        for (i, ((x, y), m)) in got.iter().zip(want).zip(mag).enumerate() {
+            let tol = 2e-5 * m + 1e-6;
+            assert!(
+                (x - y).abs() <= tol,
+                "{name} {what}[{i}]: {x} vs {y} (tolerance {tol})"
+            );
+        }
+    };
+
+    let mut want = vec![0.0; p.output_len()];
+    reference::forward(p, &input, &w, &b, &mut want);
+    let mut mag = vec![0.0; p.output_len()];
+    reference::forward(p, &abs(&input), &abs(&w), &abs(&b), &mut mag);
+    let mut inp = vec![0.0; g.len(p.in_channels)];
+    g.pad_from(&input, p.in_channels, &mut inp);
+    for relu in [false, true] {
+        let mut out = vec![f32::NAN; g.len(p.out_channels)];
+        winograd::forward(p, &g, &inp, &w, Some(&b), relu, &mut out, scratch);
+        let mut bordered = out.clone();
+        g.zero_border(&mut bordered, p.out_channels);
+        assert_eq!(bordered, out, "winograd {what}: border not zero");
+        let mut got = vec![0.0; p.output_len()];
+        g.unpad_into(&out, p.out_channels, &mut got);
+        let want: Vec<f32> = want
+            .iter()
+            .map(|v| if relu { v.max(0.0) } else { *v })
+            .collect();
+        check("winograd forward", &got, &want, &mag);
+    }
+
+    // Input gradient = Winograd forward of the output gradient with flipped weights, no bias.
+    let gout = uniform(rng, p.output_len());
+    let mut want_gi = vec![0.0; p.input_len()];
+    reference::backward_input(p, &gout, &w, &mut want_gi);
+    let mut mag_gi = vec![0.0; p.input_len()];
+    reference::backward_input(p, &abs(&gout), &abs(&w), &mut mag_gi);
+    let mut gop = vec![0.0; g.len(p.out_channels)];
+    g.pad_from(&gout, p.out_channels, &mut gop);
+    let mut flipped = vec![0.0; p.weights_len()];
+    fast::flip_weights(p, &w, &mut flipped);
+    let back = Conv3dParams {
+        in_channels: p.out_channels,
+        out_channels: p.in_channels,
+        ..*p
+    };
+    let mut gi = vec![f32::NAN; g.len(p.in_channels)];
+    winograd::forward(&back, &g, &gop, &flipped, None, false, &mut gi, scratch);
+    let mut got_gi = vec![0.0; p.input_len()];
+    g.unpad_into(&gi, p.in_channels, &mut got_gi);
+    check("winograd input grad", &got_gi, &want_gi, &mag_gi);
+}
+
+/// Awkward 3x3x3 shapes (rows of 1 to 9 voxels: partial last tiles; 1 to 5 channels; batches) run
+/// the portable loops; 32 and 64 output channels run the SIMD kernel where AVX2 is present.
+#[test]
+fn winograd_matches_reference() {
+    let mut rng = Rng::new(seed(13));
+    let mut scratch = winograd::WinogradScratch::new();
+    let mut cases = Vec::new();
+    for size in [
+        [1, 1, 1],
+        [3, 2, 5],
+        [1, 4, 1],
+        [2, 3, 8],
+        [2, 1, 9],
+        [1, 2, 7],
+    ] {
+        for (batch, cin, cout) in [(1, 1, 1), (3, 2, 1), (1, 2, 3), (1, 5, 4)] {
+            cases.push((batch, size, cin, cout));
+        }
+    }
+    cases.extend([
+        (2, [3, 4, 5], 32, 32),
+        (1, [2, 1, 7], 2, 32),
+        (3, [1, 2, 2], 32, 64),
+        (1, [3, 3, 13], 32, 32),
+        (1, [2, 2, 33], 32, 32),
+    ]);
+    for (batch, size, cin, cout) in cases {
+        let p = Conv3dParams {
+            batch,
+            size,
+            kernel: 3,
+            in_channels: cin,
+            out_channels: cout,
+        };
+        check_winograd(&p, 1, &mut rng, &mut scratch);
+        check_winograd(&p, 2, &mut rng, &mut scratch);
+    }
+}
+
+#[test]
+fn winograd_handles_empty_volumes_and_names_its_algorithms() {
+    let mut scratch = winograd::WinogradScratch::new();
+    let p = Conv3dParams {
+        batch: 1,
+        size: [2, 0, 3],
+        kernel: 3,
+        in_channels: 2,
+        out_channels: 2,
+    };
+    let g = Padded::new(1, p.size, 1);
+    let mut out = vec![f32::NAN; g.len(2)];
+    winograd::forward(
+        &p,
+        &g,
+        &vec![0.0; g.len(2)],
+        &vec![0.0; p.weights_len()],
+        None,
+        false,
+        &mut out,
+        &mut scratch,
+    );
+    assert!(out.iter().all(|v| *v == 0.0));
+    for a in [
+        winograd::ConvAlgorithm::Winograd,
+        winograd::ConvAlgorithm::Direct,
+    ] {
+        assert_eq!(winograd::ConvAlgorithm::from_name(a.name()), Some(a));
+    }
+    assert_eq!(winograd::ConvAlgorithm::from_name("fft"), None);
+    assert!(!winograd::supports(&Conv3dParams { kernel: 5, ..p }));
 }

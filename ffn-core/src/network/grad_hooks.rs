@@ -87,7 +87,7 @@ impl ConvStack3d {
             hook.ready(r.clone(), &grads[r]);
         };
         g.pad_from(&ws.glogits, 1, &mut ws.glom);
-        let parts = (&mut ws.flipped, &mut ws.partials);
+        let parts = (&mut ws.flipped, &mut ws.partials, &mut ws.wino);
         let lom = &self.layers[2 * d];
         self.conv_backward(
             parts,
@@ -101,7 +101,7 @@ impl ConvStack3d {
         done(lom, grads);
         layers::relu_backward(&ws.xs[d - 1], &mut ws.gx);
         for m in (1..d).rev() {
-            let parts = (&mut ws.flipped, &mut ws.partials);
+            let parts = (&mut ws.flipped, &mut ws.partials, &mut ws.wino);
             let lb = &self.layers[2 * m + 1];
             self.conv_backward(
                 parts,
@@ -114,7 +114,7 @@ impl ConvStack3d {
             );
             done(lb, grads);
             layers::relu_backward(&ws.us[m - 1], &mut ws.ga);
-            let parts = (&mut ws.flipped, &mut ws.partials);
+            let parts = (&mut ws.flipped, &mut ws.partials, &mut ws.wino);
             let la = &self.layers[2 * m];
             self.conv_backward(
                 parts,
@@ -128,12 +128,12 @@ impl ConvStack3d {
             done(la, grads);
             layers::add_relu_backward(&mut ws.gx, &ws.gb, &ws.xs[m - 1]);
         }
-        let parts = (&mut ws.flipped, &mut ws.partials);
+        let parts = (&mut ws.flipped, &mut ws.partials, &mut ws.wino);
         let l1 = &self.layers[1];
         self.conv_backward(parts, l1, &g, &ws.h, &ws.gx, Some(&mut ws.ga), grads);
         done(l1, grads);
         layers::relu_backward(&ws.h, &mut ws.ga);
-        let parts = (&mut ws.flipped, &mut ws.partials);
+        let parts = (&mut ws.flipped, &mut ws.partials, &mut ws.wino);
         let l0 = &self.layers[0];
         self.conv_backward(parts, l0, &g, &ws.input, &ws.ga, None, grads);
         done(l0, grads);

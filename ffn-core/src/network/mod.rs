@@ -15,6 +15,7 @@
 //! ([`crate::tensor::Padded`], border 1) owned by the network and reused between calls: after the
 //! first call with a given batch size nothing is allocated.
 
+use crate::conv::winograd::{self, ConvAlgorithm, WinogradScratch};
 use crate::conv::{Conv3dParams, fast};
 use crate::error::CoreError;
 use crate::layers;
@@ -70,6 +71,8 @@ struct Workspace {
     glom: Vec<f32>,
     flipped: Vec<f32>,
     partials: Vec<f32>,
+    /// Transformed inputs and weights of the Winograd convolutions.
+    wino: WinogradScratch,
 }
 
 impl Workspace {
@@ -97,6 +100,7 @@ impl Workspace {
             glom: g(geom.len(1)),
             flipped: g(max_wlen),
             partials: Vec::new(),
+            wino: WinogradScratch::new(),
         }
     }
 }
@@ -119,6 +123,7 @@ pub struct ConvStack3d {
     params: Vec<f32>,
     layers: Vec<Layer>,
     ws: Option<Workspace>,
+    algorithm: ConvAlgorithm,
 }
 
 impl core::fmt::Debug for ConvStack3d {
@@ -192,6 +197,44 @@ impl ConvStack3d {
             params,
             layers,
             ws: None,
+            algorithm: ConvAlgorithm::default(),
+        }
+    }
+
+    /// How the 3x3x3 convolutions of the forward pass and of the input gradients are computed
+    /// (default [`ConvAlgorithm::Winograd`]).
+    pub fn conv_algorithm(&self) -> ConvAlgorithm {
+        self.algorithm
+    }
+
+    /// Chooses the convolution algorithm (see [`ConvAlgorithm`]).
+    pub fn set_conv_algorithm(&mut self, algorithm: ConvAlgorithm) {
+        self.algorithm = algorithm;
+    }
+
+    /// Whether layer `p` runs through Winograd.
+    fn winograd(&self, p: &Conv3dParams) -> bool {
+        self.algorithm == ConvAlgorithm::Winograd && winograd::supports(p)
+    }
+
+    /// One forward conv of layer `l` with this network's algorithm.
+    #[allow(clippy::too_many_arguments)]
+    fn conv_forward(
+        &self,
+        wino: &mut WinogradScratch,
+        l: &Layer,
+        g: &Padded,
+        input: &[f32],
+        relu: bool,
+        out: &mut [f32],
+    ) {
+        let p = l.conv(g.batch, g.size);
+        let w = &self.params[l.offset..l.offset + l.wlen()];
+        let b = &self.params[l.offset + l.wlen()..][..l.cout];
+        if self.winograd(&p) {
+            winograd::forward(&p, g, input, w, Some(b), relu, out, wino);
+        } else {
+            fast::forward(&p, g, input, w, b, relu, out);
         }
     }
 
@@ -254,52 +297,28 @@ impl ConvStack3d {
 
     fn forward_ws(&self, ws: &mut Workspace, image: &[f32], seed: &[f32], out: &mut [f32]) {
         let g = ws.geom;
-        let (batch, fov, d) = (ws.batch, self.cfg.fov, self.cfg.depth);
-        let p = &self.params;
-        let wb = |l: &Layer| {
-            (
-                &p[l.offset..l.offset + l.wlen()],
-                &p[l.offset + l.wlen()..][..l.cout],
-            )
-        };
+        let d = self.cfg.depth;
+        let wino = &mut ws.wino;
         layers::concat2_padded(&g, image, seed, &mut ws.input);
-        let l = &self.layers[0];
-        let (w, b) = wb(l);
-        fast::forward(&l.conv(batch, fov), &g, &ws.input, w, b, true, &mut ws.h);
-        let l = &self.layers[1];
-        let (w, b) = wb(l);
-        fast::forward(&l.conv(batch, fov), &g, &ws.h, w, b, false, &mut ws.xs[0]);
+        self.conv_forward(wino, &self.layers[0], &g, &ws.input, true, &mut ws.h);
+        self.conv_forward(wino, &self.layers[1], &g, &ws.h, false, &mut ws.xs[0]);
         let (nx, nr, nu) = (ws.xs.len(), ws.rs.len(), ws.us.len());
         for m in 1..d {
             let (xi, ri, ui) = ((m - 1) % nx, (m - 1) % nr, (m - 1) % nu);
             layers::relu(&ws.xs[xi], &mut ws.rs[ri]);
-            let la = &self.layers[2 * m];
-            let (w, b) = wb(la);
-            fast::forward(
-                &la.conv(batch, fov),
-                &g,
-                &ws.rs[ri],
-                w,
-                b,
-                true,
-                &mut ws.us[ui],
-            );
-            let lb = &self.layers[2 * m + 1];
-            let (w, b) = wb(lb);
+            let (la, lb) = (&self.layers[2 * m], &self.layers[2 * m + 1]);
+            self.conv_forward(wino, la, &g, &ws.rs[ri], true, &mut ws.us[ui]);
             let (prev, next) = pair(&mut ws.xs, xi, m % nx);
-            fast::forward(&lb.conv(batch, fov), &g, &ws.us[ui], w, b, false, next);
+            self.conv_forward(wino, lb, &g, &ws.us[ui], false, next);
             layers::add_assign(next, prev);
         }
         let rl = (d - 1) % nr;
         layers::relu(&ws.xs[(d - 1) % nx], &mut ws.rs[rl]);
-        let l = &self.layers[2 * d];
-        let (w, b) = wb(l);
-        fast::forward(
-            &l.conv(batch, fov),
+        self.conv_forward(
+            wino,
+            &self.layers[2 * d],
             &g,
             &ws.rs[rl],
-            w,
-            b,
             false,
             &mut ws.lom,
         );
@@ -333,7 +352,7 @@ impl ConvStack3d {
     #[allow(clippy::too_many_arguments)]
     fn conv_backward(
         &self,
-        ws_parts: (&mut Vec<f32>, &mut Vec<f32>),
+        ws_parts: (&mut Vec<f32>, &mut Vec<f32>, &mut WinogradScratch),
         l: &Layer,
         g: &Padded,
         input: &[f32],
@@ -341,7 +360,7 @@ impl ConvStack3d {
         gin: Option<&mut [f32]>,
         grads: &mut [f32],
     ) {
-        let (flipped, partials) = ws_parts;
+        let (flipped, partials, wino) = ws_parts;
         let p = l.conv(g.batch, g.size);
         let (gw, rest) = grads[l.offset..].split_at_mut(l.wlen());
         fast::backward_weights(&p, g, input, gout, gw, &mut rest[..l.cout], partials);
@@ -349,7 +368,16 @@ impl ConvStack3d {
             let w = &self.params[l.offset..l.offset + l.wlen()];
             let f = &mut flipped[..l.wlen()];
             fast::flip_weights(&p, w, f);
-            fast::backward_input(&p, g, gout, f, gin);
+            if self.winograd(&p) {
+                let back = Conv3dParams {
+                    in_channels: p.out_channels,
+                    out_channels: p.in_channels,
+                    ..p
+                };
+                winograd::forward(&back, g, gout, f, None, false, gin, wino);
+            } else {
+                fast::backward_input(&p, g, gout, f, gin);
+            }
         }
     }
 }
