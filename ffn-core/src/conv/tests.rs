@@ -268,8 +268,8 @@ fn reference_gradients_match_finite_differences() {
     }
 }
 
-/// Winograd forward (bias, with and without ReLU) and the input gradient through Winograd with
-/// flipped weights, against the f64 reference. The tolerance scales with the sum of the absolute
+/// Winograd forward (bias, with and without ReLU), the input gradient through Winograd with
+/// flipped weights, and the Winograd weight and bias gradients, against the f64 reference. The tolerance scales with the sum of the absolute
 /// terms of each output (the reference run on absolute values): `2e-5` of it.
 fn check_winograd(
     p: &Conv3dParams,
@@ -334,6 +334,19 @@ fn check_winograd(
     let mut got_gi = vec![0.0; p.input_len()];
     g.unpad_into(&gi, p.in_channels, &mut got_gi);
     check("winograd input grad", &got_gi, &want_gi, &mag_gi);
+
+    // Weight and bias gradients.
+    let mut want_gw = vec![0.0; p.weights_len()];
+    let mut want_gb = vec![0.0; p.out_channels];
+    reference::backward_weights(p, &input, &gout, &mut want_gw, &mut want_gb);
+    let mut mag_gw = vec![0.0; p.weights_len()];
+    let mut mag_gb = vec![0.0; p.out_channels];
+    reference::backward_weights(p, &abs(&input), &abs(&gout), &mut mag_gw, &mut mag_gb);
+    let mut gw = vec![f32::NAN; p.weights_len()];
+    let mut gb = vec![f32::NAN; p.out_channels];
+    winograd::backward_weights(p, &g, &inp, &gop, &mut gw, &mut gb, scratch);
+    check("winograd weight grad", &gw, &want_gw, &mag_gw);
+    check("winograd bias grad", &gb, &want_gb, &mag_gb);
 }
 
 /// Awkward 3x3x3 shapes (rows of 1 to 9 voxels: partial last tiles; 1 to 5 channels; batches) run

@@ -28,6 +28,7 @@
 //!    applies ReLU.
 
 use super::Conv3dParams;
+use super::gemm::{View, sgemm};
 use crate::parallel;
 use crate::tensor::Padded;
 use alloc::vec;
@@ -68,11 +69,14 @@ const M: usize = 4;
 /// Transformed values per tile (`M + 3 - 1`).
 const T: usize = 6;
 
-/// Buffers reused between calls: the transformed input and weights. They grow on first use.
+/// Buffers reused between calls: the transformed input, weights and output gradient, and the
+/// per-thread partial sums of the weight gradient. They grow on first use.
 #[derive(Clone, Debug, Default)]
 pub struct WinogradScratch {
     input: Vec<f32>,
     weights: Vec<f32>,
+    grad: Vec<f32>,
+    partials: Vec<f32>,
 }
 
 impl WinogradScratch {
@@ -132,6 +136,30 @@ fn output_transform(m: [f32; T]) -> [f32; M] {
     ]
 }
 
+/// `A g` for the gradients of four outputs (the transpose of [`output_transform`]).
+#[inline(always)]
+fn grad_transform(g: [f32; M]) -> [f32; T] {
+    [
+        g[0],
+        g[0] + g[1] + g[2] + g[3],
+        g[0] - g[1] + g[2] - g[3],
+        g[0] + 2.0 * g[1] + 4.0 * g[2] + 8.0 * g[3],
+        g[0] - 2.0 * g[1] + 4.0 * g[2] - 8.0 * g[3],
+        g[3],
+    ]
+}
+
+/// `Gᵀ p`: the gradients of three taps from six transformed products (the transpose of
+/// [`weight_transform`]).
+#[inline(always)]
+fn tap_grads(p: [f32; T]) -> [f32; 3] {
+    [
+        p[0] / 4.0 - (p[1] + p[2]) / 6.0 + (p[3] + p[4]) / 24.0,
+        (p[2] - p[1]) / 6.0 + (p[3] - p[4]) / 12.0,
+        (p[3] + p[4] - p[1] - p[2]) / 6.0 + p[5],
+    ]
+}
+
 /// Weights `[3, 3, 3, in, out]` into `[i][tz][ty][in][out]` (`6 * 9 * in * out` values).
 ///
 /// # Panics
@@ -158,45 +186,55 @@ pub fn transform_weights(p: &Conv3dParams, w: &[f32], out: &mut [f32]) {
     }
 }
 
-/// Every padded row of `input` (`g.len(cin)`) into `[row][i][tile][cin]`, tile `t` covering output
-/// voxels `4t .. 4t + 4` of the row's interior; inputs beyond the buffer's row count as zero.
-/// The arithmetic runs over the channels of six voxels at a time (contiguous: vectorised).
-fn transform_input(g: &Padded, cin: usize, input: &[f32], out: &mut [f32]) {
-    let [_, dy, dx] = g.dims();
+/// Every padded row of `data` (`g.len(c)`) into `[plane][i][row][tile][c]` by `f`, tile `t` reading
+/// the `N` voxels from `x0 + 4t` of its row (voxels beyond the buffer's row count as zero). The
+/// arithmetic runs over the channels of `N` voxels at a time (contiguous: vectorised).
+fn transform_rows<const N: usize>(
+    g: &Padded,
+    c: usize,
+    data: &[f32],
+    x0: usize,
+    f: impl Fn([f32; N]) -> [f32; T] + Sync,
+    out: &mut [f32],
+) {
+    let [dz, dy, dx] = g.dims();
     let nt = tiles(g.size[2]);
-    let row_len = nt * T * cin;
-    assert_eq!(out.len(), g.batch * g.dims()[0] * dy * row_len);
-    let x0 = g.pad - 1;
-    let zeros = vec![0.0f32; cin];
-    parallel::for_each_chunk_mut(out, dy * row_len, |plane, chunk| {
-        for (y, dst) in chunk.chunks_exact_mut(row_len).enumerate() {
-            let row = &input[(plane * dy + y) * dx * cin..][..dx * cin];
+    let plane_len = T * dy * nt * c;
+    assert_eq!(
+        out.len(),
+        g.batch * dz * plane_len,
+        "winograd: transformed length"
+    );
+    assert_eq!(data.len(), g.len(c), "winograd: padded buffer length");
+    let zeros = vec![0.0f32; c];
+    parallel::for_each_chunk_mut(out, plane_len, |plane, chunk| {
+        let mut parts: Vec<&mut [f32]> = chunk.chunks_exact_mut(dy * nt * c).collect();
+        for y in 0..dy {
+            let row = &data[(plane * dy + y) * dx * c..][..dx * c];
             for t in 0..nt {
-                let d: [&[f32]; T] = core::array::from_fn(|s| {
+                let d: [&[f32]; N] = core::array::from_fn(|s| {
                     let x = x0 + M * t + s;
                     if x < dx {
-                        &row[x * cin..(x + 1) * cin]
+                        &row[x * c..(x + 1) * c]
                     } else {
                         &zeros[..]
                     }
                 });
-                let mut u = dst
-                    .chunks_exact_mut(nt * cin)
-                    .map(|u| &mut u[t * cin..][..cin]);
-                let mut next = || u.next().expect("six transformed rows");
-                let (u0, u1, u2, u3, u4, u5) = (next(), next(), next(), next(), next(), next());
-                for c in 0..cin {
-                    let u = input_transform([d[0][c], d[1][c], d[2][c], d[3][c], d[4][c], d[5][c]]);
-                    u0[c] = u[0];
-                    u1[c] = u[1];
-                    u2[c] = u[2];
-                    u3[c] = u[3];
-                    u4[c] = u[4];
-                    u5[c] = u[5];
+                let at = (y * nt + t) * c;
+                for ch in 0..c {
+                    let u = f(core::array::from_fn(|s| d[s][ch]));
+                    for (part, u) in parts.iter_mut().zip(u) {
+                        part[at + ch] = u;
+                    }
                 }
             }
         }
     });
+}
+
+/// The input of a conv, transformed by `Bᵀ` for [`forward`] and [`backward_weights`].
+fn transform_input(g: &Padded, cin: usize, input: &[f32], out: &mut [f32]) {
+    transform_rows::<T>(g, cin, input, g.pad - 1, input_transform, out);
 }
 
 /// `out = act(conv(input, weights) + bias)` by Winograd F(4, 3) along x; without `bias`, no bias.
@@ -247,8 +285,9 @@ pub fn forward(
     }
     let [dz, dy, dx] = g.dims();
     let nt = tiles(g.size[2]);
-    let row_len = nt * T * cin;
-    scratch.input.resize(g.batch * dz * dy * row_len, 0.0);
+    let row_len = nt * cin;
+    let istride = dy * row_len;
+    scratch.input.resize(g.batch * dz * T * istride, 0.0);
     scratch.weights.resize(T * 9 * cin * cout, 0.0);
     transform_input(g, cin, input, &mut scratch.input);
     transform_weights(p, weights, &mut scratch.weights);
@@ -264,14 +303,15 @@ pub fn forward(
         }
         let plane_sums = nt * T * cout;
         let mut sums = vec![0.0f32; sy * plane_sums];
-        // Input row offsets of tap row (tz, ty) for output row y (padded coordinates).
-        let tap_row = |tz: usize, ty: usize, y: usize| ((idx + tz - 1) * dy + y + ty - 1) * row_len;
+        // Offset of tap row (tz, ty) of output row y (padded coordinates), transformed index 0.
+        let tap_row =
+            |tz: usize, ty: usize, y: usize| (idx + tz - 1) * T * istride + (y + ty - 1) * row_len;
         if simd {
-            simd_plane(tin, tw, cin, cout, nt, pad, sy, tap_row, &mut sums);
+            simd_plane(tin, tw, cin, cout, nt, istride, pad, sy, tap_row, &mut sums);
         } else {
             for (r, sums) in sums.chunks_exact_mut(plane_sums).enumerate() {
                 let taps = core::array::from_fn(|q| tap_row(q / 3, q % 3, pad + r));
-                portable_row(tin, &taps, tw, cin, cout, nt, sums);
+                portable_row(tin, &taps, istride, tw, cin, cout, nt, sums);
             }
         }
         for (r, sums) in sums.chunks_exact(plane_sums).enumerate() {
@@ -345,10 +385,12 @@ fn inverse_row(
     }
 }
 
-/// `sums[t][i][o] = Σ_q Σ_c tin[taps[q] + (i*nt + t)*cin + c] * tw[((i*9 + q)*cin + c)*cout + o]`.
+/// `sums[t][i][o] = Σ_q Σ_c tin[taps[q] + i*istride + t*cin + c] * tw[((i*9 + q)*cin + c)*cout + o]`.
+#[allow(clippy::too_many_arguments)]
 fn portable_row(
     tin: &[f32],
     taps: &[usize; 9],
+    istride: usize,
     tw: &[f32],
     cin: usize,
     cout: usize,
@@ -360,7 +402,7 @@ fn portable_row(
         for i in 0..T {
             let acc = &mut sums[(t * T + i) * cout..][..cout];
             for (q, &tap) in taps.iter().enumerate() {
-                let v = &tin[tap + (i * nt + t) * cin..][..cin];
+                let v = &tin[tap + i * istride + t * cin..][..cin];
                 let w = &tw[(i * 9 + q) * cin * cout..][..cin * cout];
                 for (&v, wrow) in v.iter().zip(w.chunks_exact(cout)) {
                     acc.iter_mut().zip(wrow).for_each(|(a, w)| *a += v * w);
@@ -381,6 +423,7 @@ fn simd_plane(
     cin: usize,
     cout: usize,
     nt: usize,
+    istride: usize,
     pad: usize,
     sy: usize,
     tap_row: impl Fn(usize, usize, usize) -> usize,
@@ -388,7 +431,8 @@ fn simd_plane(
 ) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        let row_len = nt * T * cin;
+        // From a tap row's offset (index 0), the kernel reads up to index 5's row of nt x cin.
+        let span = (T - 1) * istride + nt * cin;
         let plane_sums = nt * T * cout;
         assert_eq!(
             tw.len(),
@@ -399,10 +443,7 @@ fn simd_plane(
         for y in pad..pad + sy {
             for tz in 0..3 {
                 for ty in 0..3 {
-                    assert!(
-                        tap_row(tz, ty, y) + row_len <= tin.len(),
-                        "winograd: tap rows"
-                    );
+                    assert!(tap_row(tz, ty, y) + span <= tin.len(), "winograd: tap rows");
                 }
             }
         }
@@ -412,12 +453,12 @@ fn simd_plane(
                     let w = tw[((i * 9 + tz * 3) * cin) * cout + ob..].as_ptr();
                     for r in 0..sy {
                         let taps: [*const f32; 3] = core::array::from_fn(|ty| {
-                            tin[tap_row(tz, ty, pad + r) + i * nt * cin..].as_ptr()
+                            tin[tap_row(tz, ty, pad + r) + i * istride..].as_ptr()
                         });
-                        // SAFETY: AVX2/FMA were detected and cout % 32 == 0 (simd_kernels_available); the
-                        // asserts above keep every tap row (nt x 6 x cin values from its offset),
-                        // the weights (6 x 9 x cin x cout) and the sums inside their slices; the
-                        // kernel reads nt x cin values of each tap row from offset i * nt * cin,
+                        // SAFETY: AVX2/FMA were detected and cout % 32 == 0 (simd_kernels_available);
+                        // the asserts above keep every tap row (the 6 transformed rows of nt x cin
+                        // from its offset), the weights (6 x 9 x cin x cout) and the sums inside
+                        // their slices; the kernel reads nt x cin values of the tap row at index i,
                         // 3 x cin weight rows of 32 from (i * 9 + tz * 3) * cin * cout + ob, and
                         // writes nt rows of 32 sums at stride 6 * cout from row r, index i, block ob.
                         unsafe {
@@ -439,7 +480,119 @@ fn simd_plane(
     }
     #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
     {
-        let _ = (tin, tw, cin, cout, nt, pad, sy, tap_row, sums);
+        let _ = (tin, tw, cin, cout, nt, istride, pad, sy, tap_row, sums);
         unreachable!("SIMD Winograd kernel selected without SIMD support");
+    }
+}
+
+/// Weight and bias gradients (overwritten) by Winograd F(4, 3) along x: `∂L/∂g = Gᵀ [(A ∂L/∂y) ⊙
+/// (Bᵀ d)]` per tile, the products summed over all tiles, rows and planes in the transformed
+/// domain by GEMMs of depth `rows x tiles` (one per transformed index and `(dz, dy)` tap row).
+///
+/// Buffers as in [`super::fast::backward_weights`]: padded `input` and `grad_out` (zero border).
+///
+/// # Panics
+/// When the kernel is not 3, the border is narrower than 1, or a length or the geometry does not
+/// match `p`.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_weights(
+    p: &Conv3dParams,
+    g: &Padded,
+    input: &[f32],
+    grad_out: &[f32],
+    grad_w: &mut [f32],
+    grad_b: &mut [f32],
+    scratch: &mut WinogradScratch,
+) {
+    assert!(
+        supports(p),
+        "winograd: kernel must be 3, found {}",
+        p.kernel
+    );
+    assert_eq!(
+        (p.batch, p.size),
+        (g.batch, g.size),
+        "winograd: geometry does not match the conv"
+    );
+    assert!(g.pad >= 1, "winograd: border must be at least 1");
+    let (cin, cout) = (p.in_channels, p.out_channels);
+    assert_eq!(input.len(), g.len(cin), "winograd: padded input length");
+    assert_eq!(
+        grad_out.len(),
+        g.len(cout),
+        "winograd: padded output gradient length"
+    );
+    assert_eq!(
+        grad_w.len(),
+        p.weights_len(),
+        "winograd: weight gradient length"
+    );
+    assert_eq!(grad_b.len(), cout, "winograd: bias gradient length");
+    grad_w.fill(0.0);
+    grad_b.fill(0.0);
+    if p.voxels() == 0 || cin == 0 || cout == 0 {
+        return;
+    }
+    let [dz, dy, dx] = g.dims();
+    let nt = tiles(g.size[2]);
+    let (pad, [sz, sy, sx]) = (g.pad, g.size);
+    let (rin, rout) = (nt * cin, nt * cout);
+    let (iin, iout) = (dy * rin, dy * rout);
+    scratch.input.resize(g.batch * dz * T * iin, 0.0);
+    scratch.grad.resize(g.batch * dz * T * iout, 0.0);
+    transform_input(g, cin, input, &mut scratch.input);
+    transform_rows::<M>(g, cout, grad_out, pad, grad_transform, &mut scratch.grad);
+    let wl = T * 9 * cin * cout;
+    let plen = wl + cout;
+    let units = g.batch * sz;
+    let threads = parallel::current_num_threads().clamp(1, units);
+    scratch.partials.resize(threads * plen, 0.0);
+    let (tin, tgrad) = (&scratch.input[..], &scratch.grad[..]);
+    let plane = g.plane_voxels();
+    parallel::for_each_chunk_mut(&mut scratch.partials, plen, |th, part| {
+        part.fill(0.0);
+        let (pw, pb) = part.split_at_mut(wl);
+        for u in th * units / threads..(th + 1) * units / threads {
+            let idx = (u / sz) * dz + u % sz + pad;
+            for i in 0..T {
+                let rhs = View {
+                    data: &tgrad[idx * T * iout + i * iout + pad * rout..][..sy * rout],
+                    rs: cout,
+                    cs: 1,
+                };
+                for q in 0..9 {
+                    let (tz, ty) = (q / 3, q % 3);
+                    let at = (idx + tz - 1) * T * iin + i * iin + (pad + ty - 1) * rin;
+                    let lhs = View {
+                        data: &tin[at..][..sy * rin],
+                        rs: 1,
+                        cs: cin,
+                    };
+                    let dst = &mut pw[(i * 9 + q) * cin * cout..][..cin * cout];
+                    sgemm(cin, cout, sy * nt, dst, cout, true, lhs, rhs);
+                }
+            }
+            for y in pad..pad + sy {
+                let a = (idx * plane + y * dx + pad) * cout;
+                for v in grad_out[a..a + sx * cout].chunks_exact(cout) {
+                    pb.iter_mut().zip(v).for_each(|(b, v)| *b += v);
+                }
+            }
+        }
+    });
+    let parts = &scratch.partials[..threads * plen];
+    for part in parts.chunks_exact(plen) {
+        grad_b
+            .iter_mut()
+            .zip(&part[wl..])
+            .for_each(|(g, v)| *g += v);
+        for q in 0..9 {
+            for co in 0..cin * cout {
+                let prod = core::array::from_fn(|i| part[(i * 9 + q) * cin * cout + co]);
+                for (j, v) in tap_grads(prod).into_iter().enumerate() {
+                    grad_w[(q * 3 + j) * cin * cout + co] += v;
+                }
+            }
+        }
     }
 }

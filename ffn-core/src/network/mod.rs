@@ -363,7 +363,12 @@ impl ConvStack3d {
         let (flipped, partials, wino) = ws_parts;
         let p = l.conv(g.batch, g.size);
         let (gw, rest) = grads[l.offset..].split_at_mut(l.wlen());
-        fast::backward_weights(&p, g, input, gout, gw, &mut rest[..l.cout], partials);
+        let gb = &mut rest[..l.cout];
+        if self.winograd(&p) {
+            winograd::backward_weights(&p, g, input, gout, gw, gb, wino);
+        } else {
+            fast::backward_weights(&p, g, input, gout, gw, gb, partials);
+        }
         if let Some(gin) = gin {
             let w = &self.params[l.offset..l.offset + l.wlen()];
             let f = &mut flipped[..l.wlen()];
