@@ -36,6 +36,36 @@ where
     }
 }
 
+/// Calls `f(index, a_chunk, b_chunk)` for the `index`-th chunks of `a` (length `a_len`) and `b`
+/// (length `b_len`) together, in parallel with the `rayon` feature; stops at the shorter of the
+/// two chunk sequences. Both lengths must be > 0.
+pub fn for_each_chunk_pair_mut<A, B, F>(a: &mut [A], a_len: usize, b: &mut [B], b_len: usize, f: F)
+where
+    A: Send,
+    B: Send,
+    F: Fn(usize, &mut [A], &mut [B]) + Sync + Send,
+{
+    assert!(
+        a_len > 0 && b_len > 0,
+        "for_each_chunk_pair_mut: chunk lengths must be > 0"
+    );
+    #[cfg(feature = "rayon")]
+    {
+        use rayon::prelude::*;
+        a.par_chunks_mut(a_len)
+            .zip(b.par_chunks_mut(b_len))
+            .enumerate()
+            .for_each(|(i, (x, y))| f(i, x, y));
+    }
+    #[cfg(not(feature = "rayon"))]
+    {
+        a.chunks_mut(a_len)
+            .zip(b.chunks_mut(b_len))
+            .enumerate()
+            .for_each(|(i, (x, y))| f(i, x, y));
+    }
+}
+
 /// Chunk length for element-wise passes over large buffers: big enough to amortise scheduling,
 /// small enough to balance two or more threads.
 pub const ELEMENTWISE_CHUNK: usize = 1 << 16;
@@ -53,5 +83,20 @@ mod tests {
             assert_eq!(*x, j / 100 + 1);
         }
         assert!(current_num_threads() >= 1);
+    }
+
+    #[test]
+    fn chunk_pairs_are_visited_together_up_to_the_shorter_sequence() {
+        let mut a = vec![0usize; 10];
+        let mut b = vec![0usize; 4];
+        for_each_chunk_pair_mut(&mut a, 3, &mut b, 1, |i, x, y| {
+            x.iter_mut().for_each(|v| *v = i + 1);
+            y[0] = 10 * (i + 1);
+        });
+        assert_eq!(a, [1, 1, 1, 2, 2, 2, 3, 3, 3, 4]);
+        assert_eq!(b, [10, 20, 30, 40]);
+        let mut c = vec![0usize; 2];
+        for_each_chunk_pair_mut(&mut a, 3, &mut c, 1, |_, x, y| y[0] = x.len());
+        assert_eq!(c, [3, 3]);
     }
 }

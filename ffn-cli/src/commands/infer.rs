@@ -245,7 +245,12 @@ pub fn run(args: Args) -> Result<()> {
 
     // Image (optionally a crop), normalised.
     let full = ffn_io::dataset_shape(&image_spec)?;
-    let (offset, shape) = parse_box(args.offset.as_deref(), args.size.as_deref(), full, &image_spec)?;
+    let (offset, shape) = parse_box(
+        args.offset.as_deref(),
+        args.size.as_deref(),
+        full,
+        &image_spec,
+    )?;
     let raw = ffn_io::read_image_f32_region(&image_spec, offset, shape)?;
     let mean = args
         .image_mean

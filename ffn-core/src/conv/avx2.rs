@@ -17,16 +17,17 @@ pub(crate) fn available() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
 }
 
-/// `out[i][0..32] (+)= sum_kk inp[i * cin + kk] * w[kk * w_rs + 0..32]` for `i < NV`.
+/// `out[i][0..32] (+)= sum_kk inp[i * cin + kk * ks] * w[kk * w_rs + 0..32]` for `i < NV`.
 ///
 /// # Safety
-/// AVX2 and FMA must be available; `inp` must be readable at `i * cin + kk` for `i < NV`,
+/// AVX2 and FMA must be available; `inp` must be readable at `i * cin + kk * ks` for `i < NV`,
 /// `kk < depth`; `w` at `kk * w_rs + 0..32`; `out` writable at `i * out_rs + 0..32`.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn tile<const NV: usize>(
     inp: *const f32,
     cin: usize,
+    ks: usize,
     depth: usize,
     w: *const f32,
     w_rs: usize,
@@ -46,7 +47,7 @@ unsafe fn tile<const NV: usize>(
         for kk in 0..depth {
             let mut x = [_mm256_setzero_ps(); NV];
             for (i, x) in x.iter_mut().enumerate() {
-                *x = _mm256_broadcast_ss(&*inp.add(i * cin + kk));
+                *x = _mm256_broadcast_ss(&*inp.add(i * cin + kk * ks));
             }
             let wp = w.add(kk * w_rs);
             for j in 0..4 {
@@ -96,13 +97,13 @@ pub(crate) unsafe fn row(
                     let mut x = 0;
                     while x + 3 <= nx {
                         let (i, o) = (inp.add(x * cin), out_row.add(x * cout + ob));
-                        tile::<3>(i, cin, depth, wg.add(ob), cout, o, cout, acc);
+                        tile::<3>(i, cin, 1, depth, wg.add(ob), cout, o, cout, acc);
                         x += 3;
                     }
                     let (i, o) = (inp.add(x * cin), out_row.add(x * cout + ob));
                     match nx - x {
-                        2 => tile::<2>(i, cin, depth, wg.add(ob), cout, o, cout, acc),
-                        1 => tile::<1>(i, cin, depth, wg.add(ob), cout, o, cout, acc),
+                        2 => tile::<2>(i, cin, 1, depth, wg.add(ob), cout, o, cout, acc),
+                        1 => tile::<1>(i, cin, 1, depth, wg.add(ob), cout, o, cout, acc),
                         _ => {}
                     }
                 }
@@ -193,6 +194,46 @@ unsafe fn winograd_tile<const NV: usize>(
         for (v, a) in acc.iter().enumerate() {
             for (j, r) in a.iter().enumerate() {
                 _mm256_storeu_ps(sums.add(v * sums_rs + 8 * j), *r);
+            }
+        }
+    }
+}
+
+/// `out[r * out_rs + o] += Σ_kk inp[r * rs + kk * ks] * w[kk * w_rs + o]` for `r < m`, `o < n`:
+/// a GEMM with accumulation, as the weight gradients need it (`m` weight rows, `depth` voxels),
+/// three rows x 32 columns of accumulators in registers while the whole depth streams through.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `n % 32 == 0`; `inp` readable at `r * rs + kk * ks`, `w` at
+/// `kk * w_rs + o`, `out` readable and writable at `r * out_rs + o` for `r < m`, `kk < depth`,
+/// `o < n`.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn accumulate_products(
+    m: usize,
+    n: usize,
+    depth: usize,
+    inp: *const f32,
+    rs: usize,
+    ks: usize,
+    w: *const f32,
+    w_rs: usize,
+    out: *mut f32,
+    out_rs: usize,
+) {
+    unsafe {
+        for ob in (0..n).step_by(BLOCK) {
+            let mut r = 0;
+            while r + 3 <= m {
+                let (i, o) = (inp.add(r * rs), out.add(r * out_rs + ob));
+                tile::<3>(i, rs, ks, depth, w.add(ob), w_rs, o, out_rs, true);
+                r += 3;
+            }
+            let (i, o) = (inp.add(r * rs), out.add(r * out_rs + ob));
+            match m - r {
+                2 => tile::<2>(i, rs, ks, depth, w.add(ob), w_rs, o, out_rs, true),
+                1 => tile::<1>(i, rs, ks, depth, w.add(ob), w_rs, o, out_rs, true),
+                _ => {}
             }
         }
     }

@@ -339,13 +339,12 @@ pub fn backward_weights(
                         cs: cin,
                     };
                     let wo = (tz * k + ty) * k * cin * cout;
-                    sgemm(
+                    super::accumulate_products(
                         k * cin,
                         cout,
                         rows.count,
                         &mut pw[wo..],
                         cout,
-                        true,
                         lhs,
                         gout,
                     );

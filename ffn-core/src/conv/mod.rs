@@ -97,3 +97,57 @@ pub(crate) fn simd_kernels_available(cout: usize) -> bool {
         false
     }
 }
+
+/// `dst[r][o] += Σ_kk lhs[r][kk] * rhs[kk][o]` (`m x n`, depth `k`, `dst` row stride `dst_rs`):
+/// the accumulation of the weight gradients. The AVX2 kernel (registers only, no allocation) runs
+/// when [`simd_kernels_available`] for `n`; otherwise the GEMM of [`gemm`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn accumulate_products(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [f32],
+    dst_rs: usize,
+    lhs: gemm::View<'_>,
+    rhs: gemm::View<'_>,
+) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if simd_kernels_available(n) && rhs.cs == 1 {
+        if m == 0 || k == 0 {
+            return;
+        }
+        assert!(
+            dst_rs >= n && (m - 1) * dst_rs + n <= dst.len(),
+            "accumulate_products: dst"
+        );
+        let last =
+            |rs: usize, cs: usize, rows: usize, cols: usize| (rows - 1) * rs + (cols - 1) * cs;
+        assert!(
+            last(lhs.rs, lhs.cs, m, k) < lhs.data.len(),
+            "accumulate_products: lhs"
+        );
+        assert!(
+            last(rhs.rs, 1, k, n) < rhs.data.len(),
+            "accumulate_products: rhs"
+        );
+        // SAFETY: AVX2/FMA were detected and n % 32 == 0 (simd_kernels_available); the asserts
+        // bound every element of lhs (m x k at strides rs, cs), rhs (k x n, row stride rs) and dst
+        // (m rows of n at stride dst_rs) that the kernel touches.
+        unsafe {
+            avx2::accumulate_products(
+                m,
+                n,
+                k,
+                lhs.data.as_ptr(),
+                lhs.rs,
+                lhs.cs,
+                rhs.data.as_ptr(),
+                rhs.rs,
+                dst.as_mut_ptr(),
+                dst_rs,
+            );
+        }
+        return;
+    }
+    gemm::sgemm(m, n, k, dst, dst_rs, true, lhs, rhs);
+}

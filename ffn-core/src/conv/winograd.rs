@@ -28,10 +28,9 @@
 //!    applies ReLU.
 
 use super::Conv3dParams;
-use super::gemm::{View, sgemm};
+use super::gemm::View;
 use crate::parallel;
 use crate::tensor::Padded;
-use alloc::vec;
 use alloc::vec::Vec;
 
 /// How the 3x3x3 convolutions of the forward pass and of the input gradient are computed.
@@ -77,6 +76,10 @@ pub struct WinogradScratch {
     weights: Vec<f32>,
     grad: Vec<f32>,
     partials: Vec<f32>,
+    /// Per-thread sums of one output plane (forward).
+    sums: Vec<f32>,
+    /// One voxel of zeros (reads beyond a row).
+    zeros: Vec<f32>,
 }
 
 impl WinogradScratch {
@@ -189,12 +192,14 @@ pub fn transform_weights(p: &Conv3dParams, w: &[f32], out: &mut [f32]) {
 /// Every padded row of `data` (`g.len(c)`) into `[plane][i][row][tile][c]` by `f`, tile `t` reading
 /// the `N` voxels from `x0 + 4t` of its row (voxels beyond the buffer's row count as zero). The
 /// arithmetic runs over the channels of `N` voxels at a time (contiguous: vectorised).
+#[allow(clippy::too_many_arguments)]
 fn transform_rows<const N: usize>(
     g: &Padded,
     c: usize,
     data: &[f32],
     x0: usize,
     f: impl Fn([f32; N]) -> [f32; T] + Sync,
+    zeros: &[f32],
     out: &mut [f32],
 ) {
     let [dz, dy, dx] = g.dims();
@@ -206,9 +211,11 @@ fn transform_rows<const N: usize>(
         "winograd: transformed length"
     );
     assert_eq!(data.len(), g.len(c), "winograd: padded buffer length");
-    let zeros = vec![0.0f32; c];
+    assert!(zeros.len() >= c, "winograd: zero voxel");
     parallel::for_each_chunk_mut(out, plane_len, |plane, chunk| {
-        let mut parts: Vec<&mut [f32]> = chunk.chunks_exact_mut(dy * nt * c).collect();
+        let mut it = chunk.chunks_exact_mut(dy * nt * c);
+        let mut parts: [&mut [f32]; T] =
+            core::array::from_fn(|_| it.next().expect("six transformed planes"));
         for y in 0..dy {
             let row = &data[(plane * dy + y) * dx * c..][..dx * c];
             for t in 0..nt {
@@ -217,7 +224,7 @@ fn transform_rows<const N: usize>(
                     if x < dx {
                         &row[x * c..(x + 1) * c]
                     } else {
-                        &zeros[..]
+                        &zeros[..c]
                     }
                 });
                 let at = (y * nt + t) * c;
@@ -233,8 +240,8 @@ fn transform_rows<const N: usize>(
 }
 
 /// The input of a conv, transformed by `Bᵀ` for [`forward`] and [`backward_weights`].
-fn transform_input(g: &Padded, cin: usize, input: &[f32], out: &mut [f32]) {
-    transform_rows::<T>(g, cin, input, g.pad - 1, input_transform, out);
+fn transform_input(g: &Padded, cin: usize, input: &[f32], zeros: &[f32], out: &mut [f32]) {
+    transform_rows::<T>(g, cin, input, g.pad - 1, input_transform, zeros, out);
 }
 
 /// `out = act(conv(input, weights) + bias)` by Winograd F(4, 3) along x; without `bias`, no bias.
@@ -289,37 +296,53 @@ pub fn forward(
     let istride = dy * row_len;
     scratch.input.resize(g.batch * dz * T * istride, 0.0);
     scratch.weights.resize(T * 9 * cin * cout, 0.0);
-    transform_input(g, cin, input, &mut scratch.input);
+    scratch.zeros.resize(scratch.zeros.len().max(cin), 0.0);
+    transform_input(g, cin, input, &scratch.zeros, &mut scratch.input);
     transform_weights(p, weights, &mut scratch.weights);
     let (tin, tw) = (&scratch.input[..], &scratch.weights[..]);
     let (pad, [sz, sy, sx]) = (g.pad, g.size);
     let plane = g.plane_voxels();
     let simd = super::simd_kernels_available(cout);
-    parallel::for_each_chunk_mut(out, plane * cout, |idx, chunk| {
-        let zp = idx % dz;
-        if zp < pad || zp >= pad + sz {
-            chunk.fill(0.0);
-            return;
-        }
-        let plane_sums = nt * T * cout;
-        let mut sums = vec![0.0f32; sy * plane_sums];
-        // Offset of tap row (tz, ty) of output row y (padded coordinates), transformed index 0.
-        let tap_row =
-            |tz: usize, ty: usize, y: usize| (idx + tz - 1) * T * istride + (y + ty - 1) * row_len;
-        if simd {
-            simd_plane(tin, tw, cin, cout, nt, istride, pad, sy, tap_row, &mut sums);
-        } else {
-            for (r, sums) in sums.chunks_exact_mut(plane_sums).enumerate() {
-                let taps = core::array::from_fn(|q| tap_row(q / 3, q % 3, pad + r));
-                portable_row(tin, &taps, istride, tw, cin, cout, nt, sums);
+    // Each thread takes a contiguous run of planes and keeps the sums of one plane.
+    let planes = g.batch * dz;
+    let threads = parallel::current_num_threads().clamp(1, planes);
+    let per = planes.div_ceil(threads);
+    let plane_sums = nt * T * cout;
+    scratch.sums.resize(threads * sy * plane_sums, 0.0);
+    let sums_len = sy * plane_sums;
+    parallel::for_each_chunk_pair_mut(
+        out,
+        per * plane * cout,
+        &mut scratch.sums,
+        sums_len,
+        |th, run, sums| {
+            for (k, chunk) in run.chunks_exact_mut(plane * cout).enumerate() {
+                let idx = th * per + k;
+                let zp = idx % dz;
+                if zp < pad || zp >= pad + sz {
+                    chunk.fill(0.0);
+                    continue;
+                }
+                // Offset of tap row (tz, ty) of output row y (padded coordinates), transformed index 0.
+                let tap_row = |tz: usize, ty: usize, y: usize| {
+                    (idx + tz - 1) * T * istride + (y + ty - 1) * row_len
+                };
+                if simd {
+                    simd_plane(tin, tw, cin, cout, nt, istride, pad, sy, tap_row, sums);
+                } else {
+                    for (r, sums) in sums.chunks_exact_mut(plane_sums).enumerate() {
+                        let taps = core::array::from_fn(|q| tap_row(q / 3, q % 3, pad + r));
+                        portable_row(tin, &taps, istride, tw, cin, cout, nt, sums);
+                    }
+                }
+                for (r, sums) in sums.chunks_exact(plane_sums).enumerate() {
+                    let dst = &mut chunk[((pad + r) * dx + pad) * cout..][..sx * cout];
+                    inverse_row(sums, cout, sx, bias, relu, dst);
+                }
+                g.zero_plane_border(chunk, zp, cout);
             }
-        }
-        for (r, sums) in sums.chunks_exact(plane_sums).enumerate() {
-            let dst = &mut chunk[((pad + r) * dx + pad) * cout..][..sx * cout];
-            inverse_row(sums, cout, sx, bias, relu, dst);
-        }
-        g.zero_plane_border(chunk, zp, cout);
-    });
+        },
+    );
 }
 
 /// Interior of `out` set to `act(bias)` (the conv of an empty input).
@@ -351,35 +374,32 @@ fn inverse_row(
     relu: bool,
     dst: &mut [f32],
 ) {
-    let mut ys = vec![0.0f32; M * cout];
+    let act = |v: f32, o: usize| {
+        let v = v + bias.map_or(0.0, |b| b[o]);
+        if relu { v.max(0.0) } else { v }
+    };
     for (t, tile) in sums.chunks_exact(T * cout).enumerate() {
         let m: [&[f32]; T] = core::array::from_fn(|i| &tile[i * cout..(i + 1) * cout]);
-        let (y0, rest) = ys.split_at_mut(cout);
-        let (y1, rest) = rest.split_at_mut(cout);
-        let (y2, y3) = rest.split_at_mut(cout);
-        for o in 0..cout {
-            let y = output_transform([m[0][o], m[1][o], m[2][o], m[3][o], m[4][o], m[5][o]]);
-            y0[o] = y[0];
-            y1[o] = y[1];
-            y2[o] = y[2];
-            y3[o] = y[3];
-        }
-        for (j, y) in ys.chunks_exact(cout).enumerate() {
-            let x = M * t + j;
-            if x >= sx {
-                break;
+        let valid = (sx - M * t).min(M);
+        let run = &mut dst[M * t * cout..(M * t + valid) * cout];
+        let transformed = |o: usize| output_transform(core::array::from_fn(|i| m[i][o]));
+        if valid == M {
+            let (y0, rest) = run.split_at_mut(cout);
+            let (y1, rest) = rest.split_at_mut(cout);
+            let (y2, y3) = rest.split_at_mut(cout);
+            for o in 0..cout {
+                let y = transformed(o);
+                y0[o] = act(y[0], o);
+                y1[o] = act(y[1], o);
+                y2[o] = act(y[2], o);
+                y3[o] = act(y[3], o);
             }
-            let out = &mut dst[x * cout..(x + 1) * cout];
-            match bias {
-                Some(b) => out
-                    .iter_mut()
-                    .zip(y)
-                    .zip(b)
-                    .for_each(|((o, y), b)| *o = y + b),
-                None => out.copy_from_slice(y),
-            }
-            if relu {
-                out.iter_mut().for_each(|o| *o = o.max(0.0));
+        } else {
+            for o in 0..cout {
+                let y = transformed(o);
+                for (j, v) in y.into_iter().take(valid).enumerate() {
+                    run[j * cout + o] = act(v, o);
+                }
             }
         }
     }
@@ -540,8 +560,20 @@ pub fn backward_weights(
     let (iin, iout) = (dy * rin, dy * rout);
     scratch.input.resize(g.batch * dz * T * iin, 0.0);
     scratch.grad.resize(g.batch * dz * T * iout, 0.0);
-    transform_input(g, cin, input, &mut scratch.input);
-    transform_rows::<M>(g, cout, grad_out, pad, grad_transform, &mut scratch.grad);
+    scratch
+        .zeros
+        .resize(scratch.zeros.len().max(cin.max(cout)), 0.0);
+    transform_input(g, cin, input, &scratch.zeros, &mut scratch.input);
+    let zeros = &scratch.zeros;
+    transform_rows::<M>(
+        g,
+        cout,
+        grad_out,
+        pad,
+        grad_transform,
+        zeros,
+        &mut scratch.grad,
+    );
     let wl = T * 9 * cin * cout;
     let plen = wl + cout;
     let units = g.batch * sz;
@@ -569,7 +601,7 @@ pub fn backward_weights(
                         cs: cin,
                     };
                     let dst = &mut pw[(i * 9 + q) * cin * cout..][..cin * cout];
-                    sgemm(cin, cout, sy * nt, dst, cout, true, lhs, rhs);
+                    super::accumulate_products(cin, cout, sy * nt, dst, cout, lhs, rhs);
                 }
             }
             for y in pad..pad + sy {
