@@ -148,7 +148,7 @@ fn direct_rows(
     idx: usize,
     chunk: &mut [f32],
 ) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    #[cfg(target_arch = "x86_64")]
     {
         let [_, _, dx] = g.dims();
         let plane = g.plane_voxels();
@@ -180,7 +180,7 @@ fn direct_rows(
             }
         }
     }
-    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+    #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (g, k, cin, cout, input, w, idx, chunk);
         unreachable!("direct kernel selected without SIMD support");

@@ -15,12 +15,19 @@
 //!   GEMM. The input gradient is the same kernel run with flipped, transposed weights
 //!   ([`fast::flip_weights`]); the weight gradient is a GEMM of the transposed virtual im2col matrix
 //!   with the output gradient. Output planes are spread over threads ([`crate::parallel`]).
-//! - On x86-64 with AVX2 and FMA (detected at run time, `std` only), convs with a multiple of 32
+//! - On x86-64 with AVX2 and FMA (detected at run time with `std`; without `std` when the build
+//!   enables both target features), convs with a multiple of 32
 //!   output channels (forward and input gradient of the hidden layers) run a direct register-tiled
 //!   kernel instead of the GEMMs: 3 voxels x 32 channels of accumulators per tile, the weights of one
 //!   tap pair kept in L1. Same arithmetic, tested against the reference like the GEMM path.
+//!   The weight gradients accumulate in registers by the same tile shape (3 rows x 32 channels)
+//!   instead of GEMM calls, so a warm training step allocates nothing.
+//! - [`winograd`]: 3x3x3 convs by Winograd F(4, 3) along x (forward, input gradient and weight
+//!   gradient), 6 multiply-adds where the direct sum needs 12; the network's default
+//!   ([`winograd::ConvAlgorithm`]). Tested against the reference with a tolerance scaled to the
+//!   sum of absolute terms.
 
-#[cfg(all(feature = "std", target_arch = "x86_64"))]
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 pub mod fast;
 pub(crate) mod gemm;
@@ -83,15 +90,16 @@ impl Conv3dParams {
     }
 }
 
-/// Whether the x86-64 SIMD kernels (AVX2 + FMA, detected at run time with `std`) handle `cout`
-/// output channels on this CPU: the direct kernel of [`fast`] and the product kernel of
-/// [`winograd`]. Without `std` or on other targets, never (portable code runs).
+/// Whether the x86-64 SIMD kernels (AVX2 + FMA: detected at run time with `std`, enabled at
+/// compile time without it) handle `cout` output channels on this CPU: the direct kernel of
+/// [`fast`], the product kernel of [`winograd`] and the weight-gradient accumulation. Otherwise
+/// (other targets, other CPUs, other widths) portable code runs.
 pub(crate) fn simd_kernels_available(cout: usize) -> bool {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    #[cfg(target_arch = "x86_64")]
     {
         cout.is_multiple_of(avx2::BLOCK) && avx2::available()
     }
-    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+    #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = cout;
         false
@@ -111,7 +119,7 @@ pub(crate) fn accumulate_products(
     lhs: gemm::View<'_>,
     rhs: gemm::View<'_>,
 ) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    #[cfg(target_arch = "x86_64")]
     if simd_kernels_available(n) && rhs.cs == 1 {
         if m == 0 || k == 0 {
             return;

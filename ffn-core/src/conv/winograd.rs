@@ -449,7 +449,7 @@ fn simd_plane(
     tap_row: impl Fn(usize, usize, usize) -> usize,
     sums: &mut [f32],
 ) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    #[cfg(target_arch = "x86_64")]
     {
         // From a tap row's offset (index 0), the kernel reads up to index 5's row of nt x cin.
         let span = (T - 1) * istride + nt * cin;
@@ -498,7 +498,7 @@ fn simd_plane(
             }
         }
     }
-    #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+    #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (tin, tw, cin, cout, nt, istride, pad, sy, tap_row, sums);
         unreachable!("SIMD Winograd kernel selected without SIMD support");
