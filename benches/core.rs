@@ -1,11 +1,13 @@
 //! Criterion benches of ffn-core: conv kernels on the FFN's main shape (33^3 voxels, 32 -> 32
 //! channels, 3x3x3) and the whole network's forward pass and training step.
 //!
+//! The conv group also times the Winograd kernels (`winograd_*`) on the same shape.
 //! Throughput is reported in "elements" that are FLOPs (2 per multiply-add, the analytic count of
 //! the PyTorch peer), so criterion's `Gelem/s` reads as GFLOP/s. Threads: rayon's global pool
 //! (`RAYON_NUM_THREADS=2 cargo bench --bench core` for the two-thread figure).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use ffn_core::conv::winograd::{self, WinogradScratch};
 use ffn_core::conv::{Conv3dParams, fast};
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::{ConvStack3d, analytic_flops};
@@ -68,6 +70,41 @@ fn conv_kernels(c: &mut Criterion) {
                 &mut gb,
                 &mut scratch,
             )
+        })
+    });
+    // The Winograd path on the same shape; throughput still counts the direct FLOPs.
+    let mut ws = WinogradScratch::new();
+    group.bench_function("winograd_forward", |b| {
+        b.iter(|| {
+            winograd::forward(
+                &p,
+                &g,
+                black_box(&input),
+                &w,
+                Some(&bias),
+                true,
+                &mut out,
+                &mut ws,
+            )
+        })
+    });
+    group.bench_function("winograd_input_grad", |b| {
+        b.iter(|| {
+            winograd::forward(
+                &p,
+                &g,
+                black_box(&gout),
+                &flipped,
+                None,
+                false,
+                &mut out,
+                &mut ws,
+            )
+        })
+    });
+    group.bench_function("winograd_weight_grad", |b| {
+        b.iter(|| {
+            winograd::backward_weights(&p, &g, black_box(&input), &gout, &mut gw, &mut gb, &mut ws)
         })
     });
     group.finish();
