@@ -314,6 +314,33 @@ fn check_winograd(
         check("winograd forward", &got, &want, &mag);
     }
 
+    // Fused: residual + relu(conv(relu(input)) + bias).
+    let relu_in: Vec<f32> = input.iter().map(|v| v.max(0.0)).collect();
+    let mut want_fused = vec![0.0; p.output_len()];
+    reference::forward(p, &relu_in, &w, &b, &mut want_fused);
+    let residual = uniform(rng, p.output_len());
+    for (v, r) in want_fused.iter_mut().zip(&residual) {
+        *v = v.max(0.0) + r;
+    }
+    let mag_fused: Vec<f32> = mag
+        .iter()
+        .zip(&residual)
+        .map(|(m, r)| m + r.abs())
+        .collect();
+    let mut res = vec![0.0; g.len(p.out_channels)];
+    g.pad_from(&residual, p.out_channels, &mut res);
+    let fusion = winograd::Fusion {
+        relu_input: true,
+        bias: Some(&b),
+        relu: true,
+        residual: Some(&res),
+    };
+    let mut out = vec![f32::NAN; g.len(p.out_channels)];
+    winograd::forward_fused(p, &g, &inp, &w, fusion, &mut out, scratch);
+    let mut got = vec![0.0; p.output_len()];
+    g.unpad_into(&out, p.out_channels, &mut got);
+    check("winograd fused forward", &got, &want_fused, &mag_fused);
+
     // Input gradient = Winograd forward of the output gradient with flipped weights, no bias.
     let gout = uniform(rng, p.output_len());
     let mut want_gi = vec![0.0; p.input_len()];

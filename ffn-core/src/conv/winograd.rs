@@ -240,8 +240,36 @@ fn transform_rows<const N: usize>(
 }
 
 /// The input of a conv, transformed by `Bᵀ` for [`forward`] and [`backward_weights`].
-fn transform_input(g: &Padded, cin: usize, input: &[f32], zeros: &[f32], out: &mut [f32]) {
-    transform_rows::<T>(g, cin, input, g.pad - 1, input_transform, zeros, out);
+/// With `relu`, the input is read through a ReLU (the fused activation of [`Fusion::relu_input`]).
+fn transform_input(
+    g: &Padded,
+    cin: usize,
+    input: &[f32],
+    relu: bool,
+    zeros: &[f32],
+    out: &mut [f32],
+) {
+    let x0 = g.pad - 1;
+    if relu {
+        let f = |d: [f32; T]| input_transform(d.map(|v| v.max(0.0)));
+        transform_rows::<T>(g, cin, input, x0, f, zeros, out);
+    } else {
+        transform_rows::<T>(g, cin, input, x0, input_transform, zeros, out);
+    }
+}
+
+/// Element-wise work fused into [`forward_fused`], applied in this order: ReLU of the input as it
+/// is read, the conv, the bias, ReLU, the residual.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fusion<'a> {
+    /// Read the input through a ReLU (`conv(relu(input))`), saving a separate pass.
+    pub relu_input: bool,
+    /// Bias `[out]` added to every output voxel.
+    pub bias: Option<&'a [f32]>,
+    /// ReLU after the bias.
+    pub relu: bool,
+    /// A padded buffer like `out`, added last (a residual connection).
+    pub residual: Option<&'a [f32]>,
 }
 
 /// `out = act(conv(input, weights) + bias)` by Winograd F(4, 3) along x; without `bias`, no bias.
@@ -263,6 +291,29 @@ pub fn forward(
     out: &mut [f32],
     scratch: &mut WinogradScratch,
 ) {
+    let fusion = Fusion {
+        bias,
+        relu,
+        ..Fusion::default()
+    };
+    forward_fused(p, g, input, weights, fusion, out, scratch);
+}
+
+/// [`forward`] with the element-wise work of `fusion` done in the same passes:
+/// `out = residual + act(conv(relu?(input), weights) + bias)`.
+///
+/// # Panics
+/// As [`forward`]; also when the residual's length differs from `out`'s.
+pub fn forward_fused(
+    p: &Conv3dParams,
+    g: &Padded,
+    input: &[f32],
+    weights: &[f32],
+    fusion: Fusion<'_>,
+    out: &mut [f32],
+    scratch: &mut WinogradScratch,
+) {
+    let (bias, relu) = (fusion.bias, fusion.relu);
     assert!(
         supports(p),
         "winograd: kernel must be 3, found {}",
@@ -280,6 +331,9 @@ pub fn forward(
     if let Some(b) = bias {
         assert_eq!(b.len(), cout, "winograd: bias length");
     }
+    if let Some(r) = fusion.residual {
+        assert_eq!(r.len(), out.len(), "winograd: residual length");
+    }
     if out.is_empty() || cout == 0 {
         return;
     }
@@ -287,6 +341,9 @@ pub fn forward(
         out.fill(0.0);
         if let Some(b) = bias.filter(|_| p.voxels() > 0) {
             fill_interior(g, cout, b, relu, out);
+        }
+        if let Some(r) = fusion.residual {
+            out.iter_mut().zip(r).for_each(|(o, r)| *o += r);
         }
         return;
     }
@@ -297,7 +354,14 @@ pub fn forward(
     scratch.input.resize(g.batch * dz * T * istride, 0.0);
     scratch.weights.resize(T * 9 * cin * cout, 0.0);
     scratch.zeros.resize(scratch.zeros.len().max(cin), 0.0);
-    transform_input(g, cin, input, &scratch.zeros, &mut scratch.input);
+    transform_input(
+        g,
+        cin,
+        input,
+        fusion.relu_input,
+        &scratch.zeros,
+        &mut scratch.input,
+    );
     transform_weights(p, weights, &mut scratch.weights);
     let (tin, tw) = (&scratch.input[..], &scratch.weights[..]);
     let (pad, [sz, sy, sx]) = (g.pad, g.size);
@@ -336,8 +400,12 @@ pub fn forward(
                     }
                 }
                 for (r, sums) in sums.chunks_exact(plane_sums).enumerate() {
-                    let dst = &mut chunk[((pad + r) * dx + pad) * cout..][..sx * cout];
-                    inverse_row(sums, cout, sx, bias, relu, dst);
+                    let at = ((pad + r) * dx + pad) * cout;
+                    let dst = &mut chunk[at..][..sx * cout];
+                    let residual = fusion
+                        .residual
+                        .map(|res| &res[idx * plane * cout + at..][..sx * cout]);
+                    inverse_row(sums, cout, sx, bias, relu, residual, dst);
                 }
                 g.zero_plane_border(chunk, zp, cout);
             }
@@ -364,14 +432,15 @@ fn fill_interior(g: &Padded, cout: usize, bias: &[f32], relu: bool, out: &mut [f
     }
 }
 
-/// Six sums per tile into four outputs of `dst` (`sx` voxels x `cout`), with bias and ReLU.
-/// The arithmetic runs over the output channels (contiguous: vectorised).
+/// Six sums per tile into four outputs of `dst` (`sx` voxels x `cout`), with bias, ReLU and the
+/// matching row of the residual. The arithmetic runs over the output channels (vectorised).
 fn inverse_row(
     sums: &[f32],
     cout: usize,
     sx: usize,
     bias: Option<&[f32]>,
     relu: bool,
+    residual: Option<&[f32]>,
     dst: &mut [f32],
 ) {
     let act = |v: f32, o: usize| {
@@ -401,6 +470,10 @@ fn inverse_row(
                     run[j * cout + o] = act(v, o);
                 }
             }
+        }
+        if let Some(res) = residual {
+            let res = &res[M * t * cout..(M * t + valid) * cout];
+            run.iter_mut().zip(res).for_each(|(o, r)| *o += r);
         }
     }
 }
@@ -563,7 +636,7 @@ pub fn backward_weights(
     scratch
         .zeros
         .resize(scratch.zeros.len().max(cin.max(cout)), 0.0);
-    transform_input(g, cin, input, &scratch.zeros, &mut scratch.input);
+    transform_input(g, cin, input, false, &scratch.zeros, &mut scratch.input);
     let zeros = &scratch.zeros;
     transform_rows::<M>(
         g,

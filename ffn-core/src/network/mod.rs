@@ -15,7 +15,7 @@
 //! ([`crate::tensor::Padded`], border 1) owned by the network and reused between calls: after the
 //! first call with a given batch size nothing is allocated.
 
-use crate::conv::winograd::{self, ConvAlgorithm, WinogradScratch};
+use crate::conv::winograd::{self, ConvAlgorithm, Fusion, WinogradScratch};
 use crate::conv::{Conv3dParams, fast};
 use crate::error::CoreError;
 use crate::layers;
@@ -217,7 +217,9 @@ impl ConvStack3d {
         self.algorithm == ConvAlgorithm::Winograd && winograd::supports(p)
     }
 
-    /// One forward conv of layer `l` with this network's algorithm.
+    /// One forward conv of layer `l` with this network's algorithm:
+    /// `out = residual + act(conv(relu?(input)) + bias)`, the element-wise work fused into the
+    /// Winograd passes or done separately on the direct path.
     #[allow(clippy::too_many_arguments)]
     fn conv_forward(
         &self,
@@ -225,16 +227,31 @@ impl ConvStack3d {
         l: &Layer,
         g: &Padded,
         input: &[f32],
+        relu_input: bool,
         relu: bool,
+        residual: Option<&[f32]>,
         out: &mut [f32],
     ) {
         let p = l.conv(g.batch, g.size);
         let w = &self.params[l.offset..l.offset + l.wlen()];
         let b = &self.params[l.offset + l.wlen()..][..l.cout];
         if self.winograd(&p) {
-            winograd::forward(&p, g, input, w, Some(b), relu, out, wino);
+            let fusion = Fusion {
+                relu_input,
+                bias: Some(b),
+                relu,
+                residual,
+            };
+            winograd::forward_fused(&p, g, input, w, fusion, out, wino);
         } else {
+            assert!(
+                !relu_input,
+                "conv_forward: input ReLU is fused only with Winograd"
+            );
             fast::forward(&p, g, input, w, b, relu, out);
+            if let Some(r) = residual {
+                layers::add_assign(out, r);
+            }
         }
     }
 
@@ -298,30 +315,30 @@ impl ConvStack3d {
     fn forward_ws(&self, ws: &mut Workspace, image: &[f32], seed: &[f32], out: &mut [f32]) {
         let g = ws.geom;
         let d = self.cfg.depth;
+        // Inference keeps no relu(x) for a backward pass: Winograd reads x through a fused ReLU.
+        let fuse_relu = !ws.train && self.algorithm == ConvAlgorithm::Winograd;
         let wino = &mut ws.wino;
         layers::concat2_padded(&g, image, seed, &mut ws.input);
-        self.conv_forward(wino, &self.layers[0], &g, &ws.input, true, &mut ws.h);
-        self.conv_forward(wino, &self.layers[1], &g, &ws.h, false, &mut ws.xs[0]);
+        let (l0, l1) = (&self.layers[0], &self.layers[1]);
+        self.conv_forward(wino, l0, &g, &ws.input, false, true, None, &mut ws.h);
+        self.conv_forward(wino, l1, &g, &ws.h, false, false, None, &mut ws.xs[0]);
         let (nx, nr, nu) = (ws.xs.len(), ws.rs.len(), ws.us.len());
         for m in 1..d {
             let (xi, ri, ui) = ((m - 1) % nx, (m - 1) % nr, (m - 1) % nu);
-            layers::relu(&ws.xs[xi], &mut ws.rs[ri]);
             let (la, lb) = (&self.layers[2 * m], &self.layers[2 * m + 1]);
-            self.conv_forward(wino, la, &g, &ws.rs[ri], true, &mut ws.us[ui]);
+            if fuse_relu && self.winograd(&la.conv(g.batch, g.size)) {
+                self.conv_forward(wino, la, &g, &ws.xs[xi], true, true, None, &mut ws.us[ui]);
+            } else {
+                layers::relu(&ws.xs[xi], &mut ws.rs[ri]);
+                self.conv_forward(wino, la, &g, &ws.rs[ri], false, true, None, &mut ws.us[ui]);
+            }
             let (prev, next) = pair(&mut ws.xs, xi, m % nx);
-            self.conv_forward(wino, lb, &g, &ws.us[ui], false, next);
-            layers::add_assign(next, prev);
+            self.conv_forward(wino, lb, &g, &ws.us[ui], false, false, Some(prev), next);
         }
         let rl = (d - 1) % nr;
         layers::relu(&ws.xs[(d - 1) % nx], &mut ws.rs[rl]);
-        self.conv_forward(
-            wino,
-            &self.layers[2 * d],
-            &g,
-            &ws.rs[rl],
-            false,
-            &mut ws.lom,
-        );
+        let lom = &self.layers[2 * d];
+        self.conv_forward(wino, lom, &g, &ws.rs[rl], false, false, None, &mut ws.lom);
         g.unpad_into(&ws.lom, 1, out);
         out.iter_mut().zip(seed).for_each(|(o, s)| *o += s);
     }

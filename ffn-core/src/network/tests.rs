@@ -117,6 +117,41 @@ fn forward_matches_reference_composition_and_buffers_are_reused_safely() {
     }
 }
 
+/// At 32 features the SIMD kernels run (where AVX2 is present): both algorithms, inference (fused
+/// ReLU and residual) and training forward, against the reference composition; the gradients of
+/// the two algorithms agree.
+#[test]
+fn both_conv_algorithms_match_the_reference_at_32_features() {
+    let cfg = ModelConfig {
+        depth: 2,
+        features: 32,
+        fov: [5, 3, 9],
+        deltas: [1, 1, 1],
+    };
+    let mut rng = Rng::new(seed(23));
+    let mut net = ConvStack3d::new(cfg, 0.1, &mut rng);
+    let batch = 2;
+    let n = batch * net.fov_voxels();
+    let (image, seedv, labels) = inputs(&mut rng, n);
+    let want = reference_forward(&net, &image, &seedv, batch);
+    let mut grads = Vec::new();
+    for algorithm in [ConvAlgorithm::Winograd, ConvAlgorithm::Direct] {
+        net.set_conv_algorithm(algorithm);
+        net.release_buffers();
+        let what = alloc::format!("{algorithm:?}");
+        let mut out = vec![0.0; n];
+        net.forward(&image, &seedv, batch, &mut out);
+        assert_close(&alloc::format!("{what} forward"), &out, &want, 1e-4, 1e-4);
+        let mut g = vec![0.0; net.params().len()];
+        net.forward_backward(&image, &seedv, &labels, batch, &mut out, &mut g);
+        assert_close(&alloc::format!("{what} training logits"), &out, &want, 1e-4, 1e-4);
+        grads.push(g);
+    }
+    let scale = grads[1].iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0);
+    assert_close("Winograd vs direct gradients", &grads[0], &grads[1], 1e-3, 1e-5 * scale);
+}
+
 #[test]
 fn whole_network_gradient_matches_finite_differences() {
     let cfg = ModelConfig {
