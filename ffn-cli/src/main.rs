@@ -7,6 +7,7 @@ mod commands;
 mod distributed;
 mod optimizers;
 mod plot;
+mod threads;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -36,6 +37,10 @@ fn default_sigpipe() {
 fn main() -> ExitCode {
     default_sigpipe();
     let cli = Cli::parse();
+    if let Err(err) = threads::configure() {
+        eprintln!("error: {err:#}");
+        return ExitCode::FAILURE;
+    }
     match commands::run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
