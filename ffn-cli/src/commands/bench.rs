@@ -63,6 +63,9 @@ pub struct NetArgs {
     /// multiply-adds) or `direct`. With `winograd` the result is also compared with `direct`.
     #[arg(long, default_value = "winograd", value_parser = super::parse_conv_algorithm)]
     conv: ConvAlgorithm,
+    /// Skip the comparison with `direct` (e.g. when profiling the timed calls alone).
+    #[arg(long)]
+    no_compare: bool,
     /// Print one JSON line instead of a sentence.
     #[arg(long)]
     json: bool,
@@ -155,8 +158,10 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
             .collect::<Vec<f64>>()
     });
     let deviation = match a.conv {
-        ConvAlgorithm::Winograd => Some(pool.install(|| deviation_from_direct(a, &cfg, train))),
-        ConvAlgorithm::Direct => None,
+        ConvAlgorithm::Winograd if !a.no_compare => {
+            Some(pool.install(|| deviation_from_direct(a, &cfg, train)))
+        }
+        _ => None,
     };
     let min = times.iter().cloned().fold(f64::INFINITY, f64::min);
     let med = median(&mut times);
