@@ -41,8 +41,14 @@ fn ranks_sharing_a_node_split_its_cores() {
     assert_eq!(threads(&[]), cores);
     assert_eq!(threads(&[("LOCAL_WORLD_SIZE", "2")]), (cores / 2).max(1));
     assert_eq!(threads(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "64")]), 1);
-    assert_eq!(threads(&[("RAYON_NUM_THREADS", "3"), ("LOCAL_WORLD_SIZE", "2")]), 3);
+    assert_eq!(
+        threads(&[("RAYON_NUM_THREADS", "3"), ("LOCAL_WORLD_SIZE", "2")]),
+        3
+    );
     let (ok, _, stderr) = selfcheck(&[("LOCAL_WORLD_SIZE", "many")]);
     assert!(!ok, "a malformed LOCAL_WORLD_SIZE was accepted");
-    assert!(stderr.contains("LOCAL_WORLD_SIZE") && stderr.contains("many"), "{stderr}");
+    assert!(
+        stderr.contains("LOCAL_WORLD_SIZE") && stderr.contains("many"),
+        "{stderr}"
+    );
 }

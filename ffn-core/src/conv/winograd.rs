@@ -1,5 +1,5 @@
 //! 3x3x3 convolution with one-dimensional Winograd transforms F(4, 3) along x: the cheaper
-//! arithmetic path of the forward pass and of the input gradient.
+//! arithmetic path of the forward pass, the input gradient and the weight gradient.
 //!
 //! # The transform
 //! Along x, four outputs of a 3-tap correlation need 12 multiplies directly. Winograd's minimal
@@ -9,7 +9,9 @@
 //! pairs and all input channels *in the transformed domain*, so a 3x3x3 conv becomes, per tile and
 //! per transformed index `i < 6`, one dot product of depth `9 * in` for every output channel:
 //! 6 / 12 of the direct multiply-adds. Rows whose length is not a multiple of 4 compute a partial
-//! last tile (33 voxels: 9 tiles of 4), so the saving on a 33-voxel row is 1.83x.
+//! last tile (33 voxels: 9 tiles of 4), so the saving on a 33-voxel row is 1.83x. The weight
+//! gradient is the transposed algorithm, `∂L/∂g = Gᵀ [(A ∂L/∂y) ⊙ (Bᵀ d)]`, with the products
+//! summed over all tiles, rows and planes before `Gᵀ`.
 //!
 //! # Accuracy
 //! The transforms multiply by at most 8 (and by 1/24 on the weights), so results differ from the
@@ -18,14 +20,18 @@
 //! for users who want it.
 //!
 //! # Implementation
-//! 1. The input is transformed once per call into `[row][tile][i][in]` (every padded row,
-//!    [`transform_input`]); the weights into `[i][tz][ty][in][out]` ([`transform_weights`]).
-//! 2. For each output row, tile and `i`, the products are accumulated over the 9 tap rows and the
-//!    input channels: on x86-64 with AVX2 and FMA (`std`, run-time detection) and output widths
-//!    that are multiples of 32 by a register-tiled kernel (3 tiles x 32 channels), elsewhere by
-//!    portable loops.
-//! 3. The inverse transform turns the six sums of each tile into four outputs, adds the bias and
-//!    applies ReLU.
+//! 1. The input is transformed once per call into `[plane][i][row][tile][in]` (every padded row);
+//!    the weights into `[i][tz][ty][in][out]` ([`transform_weights`]).
+//! 2. For each output plane, `i`, 32-channel block and `tz`, the products of every row and tile
+//!    are accumulated over the three `ty` tap rows and the input channels: on x86-64 with AVX2 and
+//!    FMA by a register-tiled kernel (3 tiles x 32 channels; the 12 KiB of weights stay in L1
+//!    across the plane), elsewhere by portable loops.
+//! 3. The inverse transform turns the six sums of each tile into four outputs, adds the bias,
+//!    applies ReLU and adds a residual ([`Fusion`]).
+//! 4. Weight gradients: the output gradient is transformed by `A`, and per plane, `i` and tap row
+//!    one product of depth `rows x tiles` accumulates into per-thread partial sums.
+//!
+//! Every buffer lives in a [`WinogradScratch`] that the caller keeps: warm calls allocate nothing.
 
 use super::Conv3dParams;
 use super::gemm::View;

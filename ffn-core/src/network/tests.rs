@@ -144,12 +144,24 @@ fn both_conv_algorithms_match_the_reference_at_32_features() {
         assert_close(&alloc::format!("{what} forward"), &out, &want, 1e-4, 1e-4);
         let mut g = vec![0.0; net.params().len()];
         net.forward_backward(&image, &seedv, &labels, batch, &mut out, &mut g);
-        assert_close(&alloc::format!("{what} training logits"), &out, &want, 1e-4, 1e-4);
+        assert_close(
+            &alloc::format!("{what} training logits"),
+            &out,
+            &want,
+            1e-4,
+            1e-4,
+        );
         grads.push(g);
     }
     let scale = grads[1].iter().fold(0.0f32, |m, v| m.max(v.abs()));
     assert!(scale > 0.0);
-    assert_close("Winograd vs direct gradients", &grads[0], &grads[1], 1e-3, 1e-5 * scale);
+    assert_close(
+        "Winograd vs direct gradients",
+        &grads[0],
+        &grads[1],
+        1e-3,
+        1e-5 * scale,
+    );
 }
 
 #[test]
