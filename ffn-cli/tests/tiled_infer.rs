@@ -261,3 +261,89 @@ fn a_real_network_runs_tiled() {
     assert!(covered(&a) * 2 > 20 * 22 * 24);
     assert!(covered(&b) * 2 > 20 * 22 * 24, "{stdout}");
 }
+
+#[test]
+fn a_box_of_the_volume_is_segmented_in_tiles_like_untiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, truth) = write_boxes(dir.path(), [30, 32, 34], 11);
+    // The box x,y,z = 4,6,2 of size 20,22,24: z 2..26, y 6..28, x 4..24.
+    let want_truth = truth.slice(ndarray::s![2..26, 6..28, 4..24]).to_owned();
+    let box_args = ["--offset", "4,6,2", "--size", "20,22,24"];
+    let run = |name: &str, tile: &str, store: &str| -> String {
+        let out = format!("{}:{name}", s(&dir.path().join("box.h5")));
+        let store = s(&dir.path().join(store));
+        let mut args = vec![
+            "infer-tiled",
+            "--image",
+            &img,
+            "--out",
+            &out,
+            "--tile-size",
+            tile,
+            "--tile-overlap",
+            "8",
+            "--tile-store",
+            &store,
+        ];
+        args.extend(box_args);
+        args.extend(ORACLE);
+        ok(&args);
+        out
+    };
+    let whole = read_seg(&run("one_tile", "64", "store_one"));
+    assert_eq!(whole.shape(), &[24, 22, 20], "the output holds the box");
+    assert_eq!(
+        arand(&want_truth, &whole),
+        0.0,
+        "the box's objects are recovered"
+    );
+    let tiled = read_seg(&run("tiled", "12,14,16", "store_tiled"));
+    assert_eq!(arand(&whole, &tiled), 0.0);
+    assert!(canonical(&tiled) == canonical(&whole));
+
+    // The store remembers its box; half a box and a box outside the image are refused.
+    let out = format!("{}:other", s(&dir.path().join("box.h5")));
+    let store = s(&dir.path().join("store_tiled"));
+    let mut args = vec![
+        "infer-tiled",
+        "--image",
+        &img,
+        "--out",
+        &out,
+        "--tile-size",
+        "12,14,16",
+        "--tile-overlap",
+        "8",
+        "--tile-store",
+        &store,
+        "--offset",
+        "5,6,2",
+        "--size",
+        "20,22,24",
+    ];
+    args.extend(ORACLE);
+    let err = ffn(&args);
+    assert!(
+        !err.status.success(),
+        "a store made for another box was reused"
+    );
+    assert!(
+        String::from_utf8_lossy(&err.stderr).contains("fingerprint"),
+        "{}",
+        String::from_utf8_lossy(&err.stderr)
+    );
+    for (flags, what) in [
+        (vec!["--offset", "4,6,2"], "--size"),
+        (
+            vec!["--offset", "20,6,2", "--size", "20,22,24"],
+            "does not fit",
+        ),
+    ] {
+        let mut args = vec!["infer-tiled", "--image", &img, "--out", &out];
+        args.extend(flags);
+        args.extend(ORACLE);
+        let err = ffn(&args);
+        let msg = String::from_utf8_lossy(&err.stderr);
+        assert!(!err.status.success() && msg.contains(what), "{msg}");
+    }
+}
