@@ -42,8 +42,9 @@ use alloc::vec::Vec;
 /// How the 3x3x3 convolutions of the forward pass and of the input gradient are computed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConvAlgorithm {
-    /// Winograd F(4, 3) along x for 3x3x3 kernels (about 1.8x fewer multiply-adds on 33-voxel
-    /// rows, rounding differences of order 1e-6 relative); other kernels run directly.
+    /// Winograd F(4, 3) along x for 3x3x3 kernels where a SIMD kernel runs it ([`preferred`]:
+    /// AVX2 and FMA, multiples of 32 channels; about 1.8x fewer multiply-adds on 33-voxel rows,
+    /// rounding differences of order 1e-6 relative); other convs run directly.
     #[default]
     Winograd,
     /// Direct summation (register-tiled SIMD kernel or GEMMs), every multiply-add performed.
@@ -98,6 +99,14 @@ impl WinogradScratch {
 /// Whether [`forward`] computes this conv (3x3x3 kernel, border at least 1).
 pub fn supports(p: &Conv3dParams) -> bool {
     p.kernel == 3
+}
+
+/// Whether Winograd is the faster way to compute this conv here: a 3x3x3 kernel and an output
+/// width that the SIMD product kernel takes (AVX2 and FMA, a multiple of 32 channels). The
+/// portable loops are correct for every width but slower than the direct GEMM path, so
+/// [`ConvAlgorithm::Winograd`] computes the other convs directly.
+pub fn preferred(p: &Conv3dParams) -> bool {
+    supports(p) && super::simd_kernels_available(p.out_channels)
 }
 
 /// Tiles per row of `sx` voxels.

@@ -212,9 +212,9 @@ impl ConvStack3d {
         self.algorithm = algorithm;
     }
 
-    /// Whether layer `p` runs through Winograd.
+    /// Whether conv `p` runs through Winograd (the algorithm chosen and Winograd faster here).
     fn winograd(&self, p: &Conv3dParams) -> bool {
-        self.algorithm == ConvAlgorithm::Winograd && winograd::supports(p)
+        self.algorithm == ConvAlgorithm::Winograd && winograd::preferred(p)
     }
 
     /// One forward conv of layer `l` with this network's algorithm:
@@ -390,12 +390,12 @@ impl ConvStack3d {
             let w = &self.params[l.offset..l.offset + l.wlen()];
             let f = &mut flipped[..l.wlen()];
             fast::flip_weights(&p, w, f);
-            if self.winograd(&p) {
-                let back = Conv3dParams {
-                    in_channels: p.out_channels,
-                    out_channels: p.in_channels,
-                    ..p
-                };
+            let back = Conv3dParams {
+                in_channels: p.out_channels,
+                out_channels: p.in_channels,
+                ..p
+            };
+            if self.winograd(&back) {
                 winograd::forward(&back, g, gout, f, None, false, gin, wino);
             } else {
                 fast::backward_input(&p, g, gout, f, gin);
