@@ -109,6 +109,27 @@ pub fn preferred(p: &Conv3dParams) -> bool {
     supports(p) && super::simd_kernels_available(p.out_channels)
 }
 
+/// The checks every entry point makes: a 3x3x3 kernel, the geometry of `p` with a border of at
+/// least 1, and a padded input of `p.in_channels`.
+fn check(p: &Conv3dParams, g: &Padded, input: &[f32]) {
+    assert!(
+        supports(p),
+        "winograd: kernel must be 3, found {}",
+        p.kernel
+    );
+    assert_eq!(
+        (p.batch, p.size),
+        (g.batch, g.size),
+        "winograd: geometry does not match the conv"
+    );
+    assert!(g.pad >= 1, "winograd: border must be at least 1");
+    assert_eq!(
+        input.len(),
+        g.len(p.in_channels),
+        "winograd: padded input length"
+    );
+}
+
 /// Tiles per row of `sx` voxels.
 fn tiles(sx: usize) -> usize {
     sx.div_ceil(M)
@@ -329,19 +350,8 @@ pub fn forward_fused(
     scratch: &mut WinogradScratch,
 ) {
     let (bias, relu) = (fusion.bias, fusion.relu);
-    assert!(
-        supports(p),
-        "winograd: kernel must be 3, found {}",
-        p.kernel
-    );
-    assert_eq!(
-        (p.batch, p.size),
-        (g.batch, g.size),
-        "winograd: geometry does not match the conv"
-    );
-    assert!(g.pad >= 1, "winograd: border must be at least 1");
+    check(p, g, input);
     let (cin, cout) = (p.in_channels, p.out_channels);
-    assert_eq!(input.len(), g.len(cin), "winograd: padded input length");
     assert_eq!(out.len(), g.len(cout), "winograd: padded output length");
     if let Some(b) = bias {
         assert_eq!(b.len(), cout, "winograd: bias length");
@@ -612,19 +622,8 @@ pub fn backward_weights(
     grad_b: &mut [f32],
     scratch: &mut WinogradScratch,
 ) {
-    assert!(
-        supports(p),
-        "winograd: kernel must be 3, found {}",
-        p.kernel
-    );
-    assert_eq!(
-        (p.batch, p.size),
-        (g.batch, g.size),
-        "winograd: geometry does not match the conv"
-    );
-    assert!(g.pad >= 1, "winograd: border must be at least 1");
+    check(p, g, input);
     let (cin, cout) = (p.in_channels, p.out_channels);
-    assert_eq!(input.len(), g.len(cin), "winograd: padded input length");
     assert_eq!(
         grad_out.len(),
         g.len(cout),
