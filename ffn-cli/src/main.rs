@@ -34,17 +34,27 @@ fn default_sigpipe() {
     }
 }
 
+/// Prints `error: ...` as one line with a single write, so that the errors of several ranks
+/// sharing a terminal or pipe (`ffn launch`, `mpirun`) never interleave within a line
+/// (`eprintln!` may write a formatted line in pieces).
+fn print_error(err: &anyhow::Error) {
+    use std::io::Write;
+    let line = format!("error: {err:#}\n");
+    // Nothing sensible is left to do when stderr itself fails.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 fn main() -> ExitCode {
     default_sigpipe();
     let cli = Cli::parse();
     if let Err(err) = threads::configure() {
-        eprintln!("error: {err:#}");
+        print_error(&err);
         return ExitCode::FAILURE;
     }
     match commands::run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            print_error(&err);
             ExitCode::FAILURE
         }
     }
