@@ -309,52 +309,34 @@ pub fn backward_weights(
     if plen == 0 {
         return;
     }
-    let (pad, sz) = (g.pad, g.size[0]);
-    let [dz, _, dx] = g.dims();
+    let [_, _, dx] = g.dims();
     let plane = g.plane_voxels();
     let back = tap_back(g, k / 2);
-    let units = g.batch * sz;
-    let threads = parallel::current_num_threads().clamp(1, units);
-    if scratch.len() < threads * plen {
-        scratch.resize(threads * plen, 0.0);
-    }
-    let parts = &mut scratch[..threads * plen];
-    parallel::for_each_chunk_mut(parts, plen, |t, part| {
-        part.fill(0.0);
-        let (pw, pb) = part.split_at_mut(wl);
-        for u in t * units / threads..(t + 1) * units / threads {
-            let idx = (u / sz) * dz + u % sz + pad;
-            let row0 = idx * plane + rows.first;
-            let gout = View {
-                data: &grad_out[row0 * cout..],
-                rs: cout,
-                cs: 1,
-            };
-            for tz in 0..k {
-                for ty in 0..k {
-                    let start = row0 + tz * plane + ty * dx - back;
-                    let lhs = View {
-                        data: &input[start * cin..],
-                        rs: 1,
-                        cs: cin,
-                    };
-                    let wo = (tz * k + ty) * k * cin * cout;
-                    super::accumulate_products(
-                        k * cin,
-                        cout,
-                        rows.count,
-                        &mut pw[wo..],
-                        cout,
-                        lhs,
-                        gout,
-                    );
-                }
-            }
-            for y in pad..pad + g.size[1] {
-                let a = (idx * plane + y * dx + pad) * cout;
-                for v in grad_out[a..a + g.size[2] * cout].chunks_exact(cout) {
-                    pb.iter_mut().zip(v).for_each(|(b, v)| *b += v);
-                }
+    let parts = super::plane_partials(g, cout, grad_out, wl, scratch, |idx, pw| {
+        let row0 = idx * plane + rows.first;
+        let gout = View {
+            data: &grad_out[row0 * cout..],
+            rs: cout,
+            cs: 1,
+        };
+        for tz in 0..k {
+            for ty in 0..k {
+                let start = row0 + tz * plane + ty * dx - back;
+                let lhs = View {
+                    data: &input[start * cin..],
+                    rs: 1,
+                    cs: cin,
+                };
+                let wo = (tz * k + ty) * k * cin * cout;
+                super::accumulate_products(
+                    k * cin,
+                    cout,
+                    rows.count,
+                    &mut pw[wo..],
+                    cout,
+                    lhs,
+                    gout,
+                );
             }
         }
     });

@@ -159,3 +159,45 @@ pub(crate) fn accumulate_products(
     }
     gemm::sgemm(m, n, k, dst, dst_rs, true, lhs, rhs);
 }
+
+/// Per-thread partial sums of a weight gradient and of the bias gradient over the interior planes
+/// of `g`, the scheme both weight-gradient implementations share. The planes are split into one
+/// contiguous run per thread; for each plane (whole-buffer index `idx`), `plane_weights(idx, part)`
+/// adds its weight terms into the thread's `wl` weight values, and the plane's interior voxels of
+/// `grad_out` (`cout` channels) are summed into the thread's bias values. Returns the partials,
+/// `[thread][wl + cout]`; `partials` grows on first use and is reused afterwards. `g` must have at
+/// least one interior plane and `wl + cout` must be positive.
+pub(crate) fn plane_partials<'a>(
+    g: &crate::tensor::Padded,
+    cout: usize,
+    grad_out: &[f32],
+    wl: usize,
+    partials: &'a mut Vec<f32>,
+    plane_weights: impl Fn(usize, &mut [f32]) + Sync + Send,
+) -> &'a [f32] {
+    let plen = wl + cout;
+    let (pad, [sz, sy, sx]) = (g.pad, g.size);
+    let [dz, _, dx] = g.dims();
+    let plane = g.plane_voxels();
+    let units = g.batch * sz;
+    let threads = crate::parallel::current_num_threads().clamp(1, units);
+    if partials.len() < threads * plen {
+        partials.resize(threads * plen, 0.0);
+    }
+    let parts = &mut partials[..threads * plen];
+    crate::parallel::for_each_chunk_mut(parts, plen, |t, part| {
+        part.fill(0.0);
+        let (pw, pb) = part.split_at_mut(wl);
+        for u in t * units / threads..(t + 1) * units / threads {
+            let idx = (u / sz) * dz + u % sz + pad;
+            plane_weights(idx, pw);
+            for y in pad..pad + sy {
+                let a = (idx * plane + y * dx + pad) * cout;
+                for v in grad_out[a..a + sx * cout].chunks_exact(cout) {
+                    pb.iter_mut().zip(v).for_each(|(b, v)| *b += v);
+                }
+            }
+        }
+    });
+    &partials[..threads * plen]
+}

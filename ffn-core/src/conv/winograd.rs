@@ -640,9 +640,9 @@ pub fn backward_weights(
     if p.voxels() == 0 || cin == 0 || cout == 0 {
         return;
     }
-    let [dz, dy, dx] = g.dims();
+    let [dz, dy, _] = g.dims();
     let nt = tiles(g.size[2]);
-    let (pad, [sz, sy, sx]) = (g.pad, g.size);
+    let (pad, sy) = (g.pad, g.size[1]);
     let (rin, rout) = (nt * cin, nt * cout);
     let (iin, iout) = (dy * rin, dy * rout);
     scratch.input.resize(g.batch * dz * T * iin, 0.0);
@@ -663,43 +663,27 @@ pub fn backward_weights(
     );
     let wl = T * 9 * cin * cout;
     let plen = wl + cout;
-    let units = g.batch * sz;
-    let threads = parallel::current_num_threads().clamp(1, units);
-    scratch.partials.resize(threads * plen, 0.0);
     let (tin, tgrad) = (&scratch.input[..], &scratch.grad[..]);
-    let plane = g.plane_voxels();
-    parallel::for_each_chunk_mut(&mut scratch.partials, plen, |th, part| {
-        part.fill(0.0);
-        let (pw, pb) = part.split_at_mut(wl);
-        for u in th * units / threads..(th + 1) * units / threads {
-            let idx = (u / sz) * dz + u % sz + pad;
-            for i in 0..T {
-                let rhs = View {
-                    data: &tgrad[idx * T * iout + i * iout + pad * rout..][..sy * rout],
-                    rs: cout,
-                    cs: 1,
+    let parts = super::plane_partials(g, cout, grad_out, wl, &mut scratch.partials, |idx, pw| {
+        for i in 0..T {
+            let rhs = View {
+                data: &tgrad[idx * T * iout + i * iout + pad * rout..][..sy * rout],
+                rs: cout,
+                cs: 1,
+            };
+            for q in 0..9 {
+                let (tz, ty) = (q / 3, q % 3);
+                let at = (idx + tz - 1) * T * iin + i * iin + (pad + ty - 1) * rin;
+                let lhs = View {
+                    data: &tin[at..][..sy * rin],
+                    rs: 1,
+                    cs: cin,
                 };
-                for q in 0..9 {
-                    let (tz, ty) = (q / 3, q % 3);
-                    let at = (idx + tz - 1) * T * iin + i * iin + (pad + ty - 1) * rin;
-                    let lhs = View {
-                        data: &tin[at..][..sy * rin],
-                        rs: 1,
-                        cs: cin,
-                    };
-                    let dst = &mut pw[(i * 9 + q) * cin * cout..][..cin * cout];
-                    super::accumulate_products(cin, cout, sy * nt, dst, cout, lhs, rhs);
-                }
-            }
-            for y in pad..pad + sy {
-                let a = (idx * plane + y * dx + pad) * cout;
-                for v in grad_out[a..a + sx * cout].chunks_exact(cout) {
-                    pb.iter_mut().zip(v).for_each(|(b, v)| *b += v);
-                }
+                let dst = &mut pw[(i * 9 + q) * cin * cout..][..cin * cout];
+                super::accumulate_products(cin, cout, sy * nt, dst, cout, lhs, rhs);
             }
         }
     });
-    let parts = &scratch.partials[..threads * plen];
     for part in parts.chunks_exact(plen) {
         grad_b
             .iter_mut()
