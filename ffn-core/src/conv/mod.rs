@@ -172,7 +172,7 @@ pub(crate) fn plane_partials<'a>(
     cout: usize,
     grad_out: &[f32],
     wl: usize,
-    partials: &'a mut Vec<f32>,
+    partials: &'a mut alloc::vec::Vec<f32>,
     plane_weights: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) -> &'a [f32] {
     let plen = wl + cout;
