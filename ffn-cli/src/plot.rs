@@ -142,13 +142,23 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
-/// One panel: a series of (x, y) points drawn in `color` inside a frame, with min/max labels.
-fn panel(
-    title: &str,
-    points: &[(f64, f64)],
+/// A line of (x, y) points in one colour.
+#[derive(Clone, Debug)]
+pub struct Series {
+    points: Vec<(f64, f64)>,
     color: [u8; 3],
-    y_range: Option<(f64, f64)>,
-) -> Canvas {
+}
+
+impl Series {
+    /// The points (non-finite ones are skipped when drawn) and their colour.
+    pub fn new(points: Vec<(f64, f64)>, color: [u8; 3]) -> Self {
+        Self { points, color }
+    }
+}
+
+/// One panel: lines of (x, y) points inside a frame, with min/max labels; the axes span the
+/// finite points of all the lines.
+fn panel(title: &str, series: &[Series], y_range: Option<(f64, f64)>) -> Canvas {
     let (w, h) = (640usize, 260usize);
     let (left, right, top, bottom) = (70.0, 20.0, 30.0, 30.0);
     let mut c = Canvas::new(w, h, [255, 255, 255]);
@@ -159,11 +169,19 @@ fn panel(
     c.line(left, top, left, top + ph, frame, 1);
     c.line(left + pw, top, left + pw, top + ph, frame, 1);
     c.text(left as i64, 8, title, [0, 0, 0], 3);
-    let finite: Vec<(f64, f64)> = points
+    let lines: Vec<(Vec<(f64, f64)>, [u8; 3])> = series
         .iter()
-        .copied()
-        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .map(|s| {
+            let pts = s
+                .points
+                .iter()
+                .copied()
+                .filter(|p| p.0.is_finite() && p.1.is_finite())
+                .collect();
+            (pts, s.color)
+        })
         .collect();
+    let finite: Vec<(f64, f64)> = lines.iter().flat_map(|l| l.0.iter().copied()).collect();
     if finite.is_empty() {
         return c;
     }
@@ -182,13 +200,15 @@ fn panel(
         c.line(left + 1.0, y, left + pw - 1.0, y, grid, 1);
     }
     let to_px = |p: (f64, f64)| (left + (p.0 - x0) / xs * pw, top + ph - (p.1 - y0) / ys * ph);
-    for pair in finite.windows(2) {
-        let (a, b) = (to_px(pair[0]), to_px(pair[1]));
-        c.line(a.0, a.1, b.0, b.1, color, 2);
-    }
-    if finite.len() == 1 {
-        let a = to_px(finite[0]);
-        c.line(a.0 - 2.0, a.1, a.0 + 2.0, a.1, color, 3);
+    for (pts, color) in &lines {
+        for pair in pts.windows(2) {
+            let (a, b) = (to_px(pair[0]), to_px(pair[1]));
+            c.line(a.0, a.1, b.0, b.1, *color, 2);
+        }
+        if let [p] = pts.as_slice() {
+            let a = to_px(*p);
+            c.line(a.0 - 2.0, a.1, a.0 + 2.0, a.1, *color, 3);
+        }
     }
     let label = [60, 60, 60];
     c.text(4, top as i64, &fmt_num(y1), label, 2);
@@ -207,8 +227,12 @@ fn panel(
 
 /// Writes the training curve: loss (top) and F1 (bottom, 0..1) against the step.
 pub fn training_curve(path: &Path, loss: &[(f64, f64)], f1: &[(f64, f64)]) -> Result<()> {
-    let a = panel("loss", loss, [200, 40, 40], None);
-    let b = panel("F1", f1, [30, 90, 200], Some((0.0, 1.0)));
+    let a = panel("loss", &[Series::new(loss.to_vec(), [200, 40, 40])], None);
+    let b = panel(
+        "F1",
+        &[Series::new(f1.to_vec(), [30, 90, 200])],
+        Some((0.0, 1.0)),
+    );
     let mut c = Canvas::new(a.w, a.h + b.h, [255, 255, 255]);
     c.blit(&a, 0, 0);
     c.blit(&b, 0, a.h);
@@ -219,6 +243,23 @@ pub fn training_curve(path: &Path, loss: &[(f64, f64)], f1: &[(f64, f64)]) -> Re
         [0, 0, 0],
         2,
     );
+    c.save(path)
+}
+
+/// Writes panels in a grid of two columns, each `(title, lines, y range)`, with a caption below.
+pub fn grid(
+    path: &Path,
+    panels: &[(&str, Vec<Series>, Option<(f64, f64)>)],
+    caption: &str,
+) -> Result<()> {
+    let drawn: Vec<Canvas> = panels.iter().map(|(t, s, r)| panel(t, s, *r)).collect();
+    let (pw, ph) = drawn.first().map_or((640, 260), |p| (p.w, p.h));
+    let rows = drawn.len().div_ceil(2);
+    let mut c = Canvas::new(2 * pw, rows * ph + 24, [255, 255, 255]);
+    for (i, p) in drawn.iter().enumerate() {
+        c.blit(p, (i % 2) * pw, (i / 2) * ph);
+    }
+    c.text(10, (rows * ph) as i64 + 6, caption, [0, 0, 0], 2);
     c.save(path)
 }
 

@@ -6,11 +6,12 @@ use std::process::{Command, Output};
 
 const FFN: &str = env!("CARGO_BIN_EXE_ffn");
 
-/// `../shared/data` beside the repository; missing data is a failure, not a skip.
-fn shared_data() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
+/// The repository's `data/` folder (FIB-25 sample and Google's model); missing data is a failure,
+/// not a skip.
+fn repo_data() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data");
     assert!(
-        dir.join("fib25_training_sample2/grayscale_maps").is_dir(),
+        dir.join("fib25/grayscale_maps").is_dir(),
         "test data missing: {}",
         dir.display()
     );
@@ -66,7 +67,7 @@ fn write_png(path: &Path, w: u32, h: u32) {
 
 #[test]
 fn fib25_sample_imports_in_two_commands() {
-    let data = shared_data().join("fib25_training_sample2");
+    let data = repo_data().join("fib25");
     let tmp = tempfile::tempdir().unwrap();
     let maps = data.join("grayscale_maps");
     let gt = data.join("groundtruth.h5.gz");
@@ -123,6 +124,76 @@ fn fib25_sample_imports_in_two_commands() {
     // The raw supervoxels differ: many more ids.
     let sv = ffn_io::labels::read_flyem_labels(&gt, "stack", None).unwrap();
     assert!(ffn_io::labels::count_objects(&sv) > 20_000);
+
+    // A box of both (x,y,z offset 10,20,30, size 40,50,60) equals that box of the full imports.
+    let boxed = ["--offset", "10,20,30", "--size", "40,50,60"];
+    let mut args = vec![
+        "import",
+        "stack",
+        maps.to_str().unwrap(),
+        "--output",
+        "box.h5:raw",
+    ];
+    args.extend(boxed);
+    let out = ok(&args, tmp.path());
+    assert!(
+        out.contains("60 x 50 x 40") && out.contains("box at x,y,z = 10,20,30 of size 40,50,60"),
+        "{out}"
+    );
+    let mut args = vec![
+        "import",
+        "labels",
+        gt.to_str().unwrap(),
+        "--output",
+        "box.h5:gt",
+    ];
+    args.extend(boxed);
+    ok(&args, tmp.path());
+    let crop =
+        ffn_io::read_image_u8(&ffn_io::VolumeSpec::new(tmp.path().join("box.h5"), "raw")).unwrap();
+    let crop_gt =
+        ffn_io::read_labels(&ffn_io::VolumeSpec::new(tmp.path().join("box.h5"), "gt")).unwrap();
+    let sl = ndarray::s![30..90, 20..70, 10..50];
+    assert_eq!(crop, raw.slice(sl));
+    assert_eq!(crop_gt, bodies.slice(sl));
+    // A box that does not fit, or half a box, is an error naming the flags.
+    for bad in [
+        ["--offset", "0,0,200", "--size", "250,250,60"],
+        ["--offset", "0,0,0", "--size", "0,10,10"],
+    ] {
+        let mut args = vec![
+            "import",
+            "stack",
+            maps.to_str().unwrap(),
+            "--output",
+            "bad.h5:raw",
+        ];
+        args.extend(bad);
+        let o = ffn(&args, tmp.path());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("--offset/--size"),
+            "{err}"
+        );
+    }
+    let o = ffn(
+        &[
+            "import",
+            "labels",
+            gt.to_str().unwrap(),
+            "-o",
+            "bad.h5:gt",
+            "--size",
+            "5,5,5",
+        ],
+        tmp.path(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--offset and --size go together"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("bad.h5").exists());
 }
 
 #[test]
@@ -248,7 +319,7 @@ fn config_file_supplies_flags_and_typos_are_named() {
 
 #[test]
 fn inspect_lists_both_checkpoint_formats() {
-    let reference = shared_data().join("ffn_fib25_reference/model.ckpt-27465036");
+    let reference = repo_data().join("google-fib25/model.ckpt-27465036");
     let tmp = tempfile::tempdir().unwrap();
     let out = ok(&["inspect", reference.to_str().unwrap()], tmp.path());
     assert!(

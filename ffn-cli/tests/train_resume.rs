@@ -1,4 +1,6 @@
-//! `ffn train --resume` continues bitwise identically, and refuses a changed configuration.
+//! `ffn train --resume` continues bitwise identically, and refuses a changed configuration;
+//! `--init-checkpoint` starts from given weights (ffn-rs or TF) with a fresh optimiser; the
+//! normalisation recorded in checkpoints is the one `ffn infer` uses.
 
 use std::path::Path;
 use std::process::Command;
@@ -181,4 +183,163 @@ fn resume_refuses_a_changed_configuration_and_bad_inputs_are_named() {
     let o = train(&big, &["--out", &out, "--max-steps", "10"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("does not fit"), "{err}");
+}
+
+/// The value after `flag` in `args`, replaced.
+fn with(args: &[String], flag: &str, value: &str) -> Vec<String> {
+    let mut a = args.to_vec();
+    let i = a.iter().position(|x| x == flag).unwrap();
+    a[i + 1] = value.into();
+    a
+}
+
+#[test]
+fn init_checkpoint_starts_from_its_weights_with_a_fresh_optimiser() {
+    let dir = tempfile::tempdir().unwrap();
+    let common = prepare(dir.path());
+    let d = |n: &str| dir.path().join(n).display().to_string();
+    let o = train(&common, &["--out", &d("a"), "--max-steps", "10"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a = load_checkpoint(&Path::new(&d("a")).join("checkpoints/ckpt-0000000010.safetensors"))
+        .unwrap();
+    // At learning rate 0 the run keeps the initial weights: they are a's, not a fresh draw.
+    let frozen = with(&common, "--learning-rate", "0");
+    let o = train(
+        &frozen,
+        &[
+            "--out",
+            &d("b"),
+            "--max-steps",
+            "3",
+            "--init-checkpoint",
+            &d("a"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let b = load_checkpoint(&Path::new(&d("b")).join("checkpoints/ckpt-0000000003.safetensors"))
+        .unwrap();
+    assert_eq!(bits(&b.params), bits(&a.params));
+    assert_eq!(b.step, 3, "a fine-tuning run counts its own steps");
+    let init = &b.training_config["config"]["init_checkpoint"];
+    assert!(
+        init["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("ckpt-0000000010.safetensors"),
+        "{init}"
+    );
+    // A fresh optimiser: momentum after 3 steps of b differs from a's after 10.
+    let velocity = |c: &ffn_io::Checkpoint| c.optimizer[0].1.clone();
+    assert_ne!(bits(&velocity(&a)), bits(&velocity(&b)));
+    // Another architecture is refused, naming the field.
+    let deeper = with(&common, "--depth", "3");
+    let o = train(
+        &deeper,
+        &[
+            "--out",
+            &d("c"),
+            "--max-steps",
+            "1",
+            "--init-checkpoint",
+            &d("a"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("--init-checkpoint")
+            && err.contains("model.depth: expected 3, found 2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn init_checkpoint_reads_googles_tf_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let common = prepare(dir.path());
+    let tf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/google-fib25/model.ckpt-27465036");
+    let google = with(&with(&common, "--depth", "12"), "--features", "32");
+    let google = with(&google, "--learning-rate", "0");
+    let out = dir.path().join("g").display().to_string();
+    let o = train(
+        &google,
+        &[
+            "--out",
+            &out,
+            "--max-steps",
+            "1",
+            "--init-checkpoint",
+            tf.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let g =
+        load_checkpoint(&Path::new(&out).join("checkpoints/ckpt-0000000001.safetensors")).unwrap();
+    let (_, tf_params) = ffn_io::tf_bundle::load_tf_model(&tf).unwrap();
+    assert_eq!(bits(&g.params), bits(&tf_params));
+}
+
+#[test]
+fn infer_uses_the_normalisation_recorded_in_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let common = prepare(dir.path());
+    let h5 = dir.path().join("s.h5").display().to_string();
+    let infer = |ckpt: &str, extra: &[&str]| -> String {
+        let out = format!("{}:seg", dir.path().join("seg.h5").display());
+        let image = format!("{h5}:image");
+        let mut args = vec![
+            "infer",
+            "--image",
+            &image,
+            "--checkpoint",
+            ckpt,
+            "--out",
+            &out,
+        ];
+        args.extend([
+            "--seed-policy",
+            "grid",
+            "--grid-step",
+            "12",
+            "--min-segment-size",
+            "1",
+        ]);
+        args.extend(extra);
+        let o = ffn(&args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+        err.lines()
+            .find(|l| l.starts_with("image normalisation"))
+            .unwrap_or_else(|| panic!("no normalisation line in {err}"))
+            .to_string()
+    };
+    let fixed = dir.path().join("fixed").display().to_string();
+    let mut args = common.clone();
+    args.extend(["--image-mean", "100", "--image-stddev", "20"].map(String::from));
+    let o = train(&args, &["--out", &fixed, "--max-steps", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = infer(&fixed, &[]);
+    assert!(
+        line.contains("(x - 100) / 20") && line.contains("from the checkpoint"),
+        "{line}"
+    );
+    let line = infer(&fixed, &["--image-stddev", "25"]);
+    assert!(
+        line.contains("(x - 100) / 25") && line.contains("stddev from the command line"),
+        "{line}"
+    );
+    // The default of `ffn train` is per-volume statistics: inference measures the image.
+    let per = dir.path().join("per").display().to_string();
+    let o = train(&common, &["--out", &per, "--max-steps", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = infer(&per, &[]);
+    let img =
+        ffn_io::read_image_f32(&ffn_io::VolumeSpec::new(dir.path().join("s.h5"), "image")).unwrap();
+    let (m, s) = ffn_core::inference::mean_stddev(img.iter().copied());
+    assert!(
+        line.contains(&format!("(x - {}) / {}", m as f32, s as f32))
+            && line.contains("own statistics"),
+        "{line} (image mean {m}, stddev {s})"
+    );
 }

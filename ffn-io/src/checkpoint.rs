@@ -480,31 +480,6 @@ fn remove_stale_temps(dir: &Path) {
     }
 }
 
-/// Loads network architecture and parameters from any supported checkpoint: an ffn-rs
-/// `.safetensors` file, a folder of them (the newest is used), or a google/ffn TensorFlow checkpoint
-/// (`model.ckpt-N` prefix, its `.index` or its data file). For TF checkpoints FOV and deltas are
-/// google/ffn's defaults (see [`tf_bundle::load_tf_model`]).
-pub fn load_any_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
-    if path.is_dir() {
-        let latest = latest_checkpoint(path)?.ok_or_else(|| {
-            bad(
-                path,
-                "folder holds no ckpt-STEP.safetensors file".to_string(),
-            )
-        })?;
-        let c = load_checkpoint(&latest)?;
-        return Ok((c.model, c.params));
-    }
-    if tf_bundle::is_tf_checkpoint(path) {
-        return tf_bundle::load_tf_model(path);
-    }
-    if !path.exists() {
-        return Err(IoError::NotFound { path: path.into() });
-    }
-    let c = load_checkpoint(path)?;
-    Ok((c.model, c.params))
-}
-
 /// Name, element type and shape of one stored tensor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorSummary {

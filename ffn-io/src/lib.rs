@@ -13,6 +13,7 @@ pub mod coords;
 pub mod crc32c;
 pub mod error;
 pub mod labels;
+pub mod model;
 pub mod precomputed;
 pub mod request;
 pub mod stack;
@@ -20,8 +21,9 @@ pub mod tf_bundle;
 pub mod tile_store;
 pub mod volume;
 
-pub use checkpoint::{Checkpoint, load_any_model, load_checkpoint, save_checkpoint};
+pub use checkpoint::{Checkpoint, load_checkpoint, save_checkpoint};
 pub use error::IoError;
+pub use model::{LoadedModel, TrainingNormalisation, load_any_model, load_model};
 pub use request::{InferenceRequest, load_inference_request, parse_inference_request};
 pub use volume::{
     VolumeSpec, check_same_shape, dataset_dtype, dataset_shape, list_datasets, read_image_f32,

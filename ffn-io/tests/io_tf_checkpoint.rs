@@ -7,14 +7,13 @@ use std::path::{Path, PathBuf};
 const STEM: &str = "model.ckpt-27465036";
 const DATA: &str = "model.ckpt-27465036.data-00000-of-00001";
 
-/// The reference model in the shared data folder beside the repository (`../shared/data` from the
-/// repository root). Missing data is a failure, not a skip.
+/// Google's FIB-25 model in the repository's `data/google-fib25/`. Missing data is a failure, not a
+/// skip.
 fn reference_dir() -> PathBuf {
-    let dir =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/ffn_fib25_reference");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/google-fib25");
     assert!(
         dir.join(format!("{STEM}.index")).exists(),
-        "test data missing: {} (expected ../shared/data beside the repository)",
+        "test data missing: {} (expected data/google-fib25 in the repository)",
         dir.display()
     );
     dir

@@ -30,6 +30,9 @@ pub enum Kind {
     /// Weak scaling of data-parallel training: examples/s per rank count, efficiency, compute vs
     /// exposed communication, projected efficiency at 16..2048 ranks.
     Scaling(super::bench_scaling::Args),
+    /// How a training run learns: each checkpoint segments a held-out box and is scored against
+    /// the ground truth, beside a reference model; a table and a curve against CPU-hours and examples.
+    Learn(super::bench_learn::Args),
 }
 
 /// Network and timing options shared by `bench train` and `bench forward`.
@@ -78,6 +81,7 @@ pub fn run(args: Args) -> Result<()> {
         Kind::Forward(a) => run_net(&a, false),
         Kind::Comm(a) => super::bench_comm::run(a),
         Kind::Scaling(a) => super::bench_scaling::run(a),
+        Kind::Learn(a) => super::bench_learn::run(a),
     }
 }
 

@@ -222,16 +222,8 @@ pub fn run(args: Args) -> Result<()> {
         "[3/5] training for up to {:.1} min (progress on stderr)",
         args.train_minutes
     );
-    let mean_std = {
-        let n = train_img.len() as f64;
-        let m = train_img.iter().map(|&v| v as f64).sum::<f64>() / n;
-        let v = train_img
-            .iter()
-            .map(|&x| (x as f64 - m).powi(2))
-            .sum::<f64>()
-            / n;
-        (m, v.sqrt().max(1e-6))
-    };
+    let mean_std = ffn_core::inference::mean_stddev(train_img.iter().map(|&v| f32::from(v)));
+    let mean_std = (mean_std.0, mean_std.1.max(1e-6));
     let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
     let train_dir = out.join("train");
     let targs: Vec<String> = [

@@ -36,9 +36,47 @@ struct StackArgs {
     /// Output volume, FILE.h5:DATASET (other datasets of the file are kept).
     #[arg(long, short)]
     output: Option<String>,
+    #[command(flatten)]
+    region: Region,
     /// TOML file with the same settings (keys: source, output); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
+}
+
+/// `--offset X,Y,Z --size X,Y,Z`: import only this box of the input (for example the training part
+/// of a volume whose rest is held out for evaluation).
+#[derive(clap::Args, Debug)]
+struct Region {
+    /// First voxel (x,y,z) of the box to import; goes with --size.
+    #[arg(long)]
+    offset: Option<String>,
+    /// Size (x,y,z) of the box to import; goes with --offset.
+    #[arg(long)]
+    size: Option<String>,
+}
+
+impl Region {
+    /// The box of `volume` (shape `full`, z,y,x) as `(offset, size)`; the whole volume without flags.
+    fn resolve(
+        &self,
+        full: [usize; 3],
+        volume: &dyn std::fmt::Display,
+    ) -> Result<([usize; 3], [usize; 3])> {
+        super::infer::parse_box(self.offset.as_deref(), self.size.as_deref(), full, volume)
+    }
+}
+
+/// The `(offset, size)` box (z,y,x) of `v`, copied.
+fn crop<T: Clone>(v: ndarray::Array3<T>, (o, s): ([usize; 3], [usize; 3])) -> ndarray::Array3<T> {
+    if o == [0; 3] && s == shape_of(&v) {
+        return v;
+    }
+    v.slice(ndarray::s![
+        o[0]..o[0] + s[0],
+        o[1]..o[1] + s[1],
+        o[2]..o[2] + s[2]
+    ])
+    .to_owned()
 }
 
 /// `ffn import stack` settings from a config file.
@@ -66,6 +104,8 @@ struct LabelsArgs {
     /// Copy the labels as they are, without a supervoxel -> body table.
     #[arg(long)]
     no_transforms: bool,
+    #[command(flatten)]
+    region: Region,
     /// TOML file with the same settings (keys: input, output, stack_dataset, transforms,
     /// no_transforms); flags override it.
     #[arg(long)]
@@ -102,6 +142,22 @@ fn required<T>(
     })
 }
 
+/// ", box at x,y,z = ... of size ..." for a cropped import; empty for the whole volume.
+fn region_note((o, s): ([usize; 3], [usize; 3]), full: [usize; 3]) -> String {
+    if o == [0; 3] && s == full {
+        return String::new();
+    }
+    format!(
+        ", the box at x,y,z = {},{},{} of size {},{},{}",
+        o[2], o[1], o[0], s[2], s[1], s[0]
+    )
+}
+
+fn shape_of<T>(v: &ndarray::Array3<T>) -> [usize; 3] {
+    let (z, y, x) = v.dim();
+    [z, y, x]
+}
+
 fn parse_spec(text: &str) -> Result<VolumeSpec> {
     Ok(text.parse::<VolumeSpec>()?)
 }
@@ -133,10 +189,13 @@ fn run_stack(args: StackArgs) -> Result<()> {
     )?)?;
     let slices = ffn_io::stack::find_slices(&source)?;
     let volume = ffn_io::stack::read_stack(&slices)?;
+    let full = shape_of(&volume);
+    let region = args.region.resolve(full, &source)?;
+    let volume = crop(volume, region);
     ffn_io::write_image_u8(&output, &volume)?;
     let s = volume.shape();
     println!(
-        "wrote {output}: uint8, shape {} x {} x {} (z,y,x) from {} slices ({} .. {})",
+        "wrote {output}: uint8, shape {} x {} x {} (z,y,x) from {} slices ({} .. {}){}",
         s[0],
         s[1],
         s[2],
@@ -150,6 +209,7 @@ fn run_stack(args: StackArgs) -> Result<()> {
             .and_then(|p| p.file_name())
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default(),
+        region_note(region, full),
     );
     Ok(())
 }
@@ -187,6 +247,9 @@ fn run_labels(args: LabelsArgs) -> Result<()> {
         )
     };
     let labels = ffn_io::labels::read_flyem_labels(&input, &stack, transforms.as_deref())?;
+    let full = shape_of(&labels);
+    let region = args.region.resolve(full, &input.display())?;
+    let labels = crop(labels, region);
     ffn_io::write_labels(&output, &labels)?;
     let s = labels.shape();
     let dtype = ffn_io::dataset_dtype(&output)?;
@@ -197,12 +260,13 @@ fn run_labels(args: LabelsArgs) -> Result<()> {
     let objects = ffn_io::labels::count_objects(&labels);
     let zeros = labels.iter().filter(|&&x| x == 0).count();
     println!(
-        "wrote {output}: {dtype}, shape {} x {} x {} (z,y,x), {} distinct ids ({objects} non-zero, id 0 on {zeros} voxels) from {} {how}",
+        "wrote {output}: {dtype}, shape {} x {} x {} (z,y,x), {} distinct ids ({objects} non-zero, id 0 on {zeros} voxels) from {} {how}{}",
         s[0],
         s[1],
         s[2],
         objects + usize::from(zeros > 0),
-        input.display()
+        input.display(),
+        region_note(region, full),
     );
     Ok(())
 }

@@ -41,10 +41,11 @@ pub struct Args {
     /// Size of the box to segment, x,y,z (with --offset).
     #[arg(long, value_name = "X,Y,Z", requires = "offset")]
     size: Option<String>,
-    /// Image normalisation: (x - mean) / stddev [request, else 128].
+    /// Image normalisation: (x - mean) / stddev [request, else the checkpoint's training
+    /// normalisation, else 128].
     #[arg(long)]
     image_mean: Option<f32>,
-    /// Image normalisation stddev [request, else 33].
+    /// Image normalisation stddev [request, else the checkpoint's, else 33].
     #[arg(long)]
     image_stddev: Option<f32>,
     /// Seed policy: peaks (google/ffn PolicyPeaks), grid (PolicyGrid3d), or list (--seeds)
@@ -222,8 +223,9 @@ pub fn run(args: Args) -> Result<()> {
         .context("--prob-out")?;
 
     // Model.
-    let (ck_cfg, params) = ffn_io::load_any_model(&ckpt)
+    let loaded = ffn_io::load_model(&ckpt)
         .with_context(|| format!("loading the model {}", ckpt.display()))?;
+    let (ck_cfg, params, trained_norm) = (loaded.config, loaded.params, loaded.normalisation);
     let cfg: ModelConfig = match (&req, &args.request) {
         (Some(r), Some(p)) => {
             let c = r.model_config(ck_cfg, p)?;
@@ -253,17 +255,20 @@ pub fn run(args: Args) -> Result<()> {
         &image_spec,
     )?;
     let raw = ffn_io::read_image_f32_region(&image_spec, offset, shape)?;
-    let mean = args
-        .image_mean
-        .or(req.as_ref().and_then(|r| r.image_mean))
-        .unwrap_or(128.0);
-    let stddev = args
-        .image_stddev
-        .or(req.as_ref().and_then(|r| r.image_stddev))
-        .unwrap_or(33.0);
-    if !(stddev > 0.0 && stddev.is_finite()) {
-        bail!("--image-stddev: expected a positive number, found {stddev}");
-    }
+    let norm = super::normalisation::choose(
+        (args.image_mean, args.image_stddev),
+        (
+            req.as_ref().and_then(|r| r.image_mean),
+            req.as_ref().and_then(|r| r.image_stddev),
+        ),
+        trained_norm,
+        || Ok(ffn_core::inference::mean_stddev(raw.iter().copied())),
+    )?;
+    let (mean, stddev) = (norm.mean, norm.stddev);
+    eprintln!(
+        "image normalisation: (x - {mean}) / {stddev}, {}",
+        norm.source
+    );
     let raw: Vec<f32> = raw.iter().copied().collect();
     let mut image = vec![0f32; raw.len()];
     normalize_image(&raw, mean, stddev, &mut image);
@@ -416,6 +421,7 @@ pub fn run(args: Args) -> Result<()> {
         "size_xyz": [shape[2], shape[1], shape[0]],
         "image_mean": mean,
         "image_stddev": stddev,
+        "image_normalisation_source": norm.source,
         "options": opts_json,
         "seed_policy": policy,
         "seeds": seeds.len(),

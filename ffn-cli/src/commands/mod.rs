@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_comm;
+mod bench_learn;
 mod bench_scaling;
 mod comm_selftest;
 mod consensus;
@@ -13,6 +14,7 @@ mod import;
 mod infer;
 mod inspect;
 mod launch;
+mod normalisation;
 pub mod partitions;
 mod selfcheck;
 pub mod synth;

@@ -90,12 +90,12 @@ pub struct Args {
     /// Seconds a rank may wait for the others at the final barrier.
     #[arg(long, default_value_t = 86400.0)]
     pub comm_timeout: f64,
-    /// Image normalisation: mean.
-    #[arg(long, default_value_t = 128.0)]
-    pub image_mean: f32,
-    /// Image normalisation: standard deviation.
-    #[arg(long, default_value_t = 33.0)]
-    pub image_stddev: f32,
+    /// Image normalisation: mean [the checkpoint's training normalisation, else 128].
+    #[arg(long)]
+    pub image_mean: Option<f32>,
+    /// Image normalisation: standard deviation [the checkpoint's, else 33].
+    #[arg(long)]
+    pub image_stddev: Option<f32>,
     /// Seed policy.
     #[arg(long, value_enum, default_value_t = SeedPolicy::Peaks)]
     pub seed_policy: SeedPolicy,
@@ -255,17 +255,12 @@ pub fn run(args: Args) -> Result<()> {
             args.comm_timeout
         );
     }
-    if !(args.image_stddev.is_finite() && args.image_stddev > 0.0) {
-        bail!(
-            "--image-stddev {}: expected a positive number",
-            args.image_stddev
-        );
-    }
     if args.grid_step == 0 {
         bail!("--grid-step 0: expected at least 1");
     }
 
     // The predictor (the model is loaded by every rank).
+    let mut trained_norm = None;
     let (mut predictor, fov, deltas, predictor_desc): (
         Box<dyn Predictor>,
         [usize; 3],
@@ -285,8 +280,10 @@ pub fn run(args: Args) -> Result<()> {
             .checkpoint
             .clone()
             .context("--checkpoint is required (or --oracle)")?;
-        let (cfg, params) = ffn_io::load_any_model(&path)
+        let loaded = ffn_io::load_model(&path)
             .with_context(|| format!("loading the model {}", path.display()))?;
+        trained_norm = loaded.normalisation;
+        let (cfg, params) = (loaded.config, loaded.params);
         let (fov, deltas) = (cfg.fov, cfg.deltas);
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         let desc = format!("model {} ({size} bytes) {cfg:?}", path.display());
@@ -331,6 +328,15 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let plan = TilePlan::new(shape, size, overlap).context("ffn infer-tiled: the tile plan")?;
+    let norm = super::normalisation::choose(
+        (args.image_mean, args.image_stddev),
+        (None, None),
+        trained_norm,
+        || {
+            let raw = ffn_io::read_image_f32_region(&image, offset, shape)?;
+            Ok(ffn_core::inference::mean_stddev(raw.iter().copied()))
+        },
+    )?;
     let small = (0..3).any(|a| plan.grid_shape()[a] > 1 && overlap[a] < fov[a]);
     let n = plan.len();
 
@@ -364,8 +370,8 @@ pub fn run(args: Args) -> Result<()> {
         plan.tile_size(),
         args.seed_policy,
         args.grid_step,
-        args.image_mean,
-        args.image_stddev
+        norm.mean,
+        norm.stddev
     );
     let store = TileStore::open(&store_dir, &fingerprint)?;
     if rank == 0 {
@@ -378,6 +384,10 @@ pub fn run(args: Args) -> Result<()> {
             xyz(shape),
             store.count_done(n),
             store_dir.display()
+        );
+        eprintln!(
+            "infer-tiled: image normalisation (x - {}) / {}, {}",
+            norm.mean, norm.stddev, norm.source
         );
         if small {
             eprintln!(
@@ -399,8 +409,8 @@ pub fn run(args: Args) -> Result<()> {
         opts,
         seed_policy: args.seed_policy,
         grid_step: args.grid_step,
-        mean: args.image_mean,
-        stddev: args.image_stddev,
+        mean: norm.mean,
+        stddev: norm.stddev,
     };
     let mut computed = 0usize;
     let mut reused = 0usize;

@@ -52,6 +52,11 @@ pub struct Args {
     /// Continue from the newest checkpoint in OUT/checkpoints (bitwise identical continuation).
     #[arg(long)]
     pub resume: bool,
+    /// Start from the weights of this model, with a fresh optimiser (fine-tuning): an ffn-rs
+    /// checkpoint (or a folder of them: the newest) or a google/ffn TF checkpoint `model.ckpt-N`.
+    /// Its depth and features must be the run's. With --resume, the run's own checkpoint wins.
+    #[arg(long, value_name = "PATH")]
+    pub init_checkpoint: Option<PathBuf>,
     /// Stop after this many steps in total.
     #[arg(long, default_value_t = 1000)]
     pub max_steps: u64,
@@ -322,13 +327,6 @@ fn per_volume(arg: &Option<String>, n: usize, what: &str) -> Result<Option<Vec<f
     }
 }
 
-fn mean_std(v: &ndarray::Array3<f32>) -> (f64, f64) {
-    let n = v.len().max(1) as f64;
-    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
-    let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
-    (mean, var.sqrt())
-}
-
 /// Loads the volumes named in the coordinate file, normalised.
 /// Name, image mean and image stddev of one training volume.
 pub type Normalisation = (String, f64, f64);
@@ -365,7 +363,7 @@ fn load_volumes(
         let mut image = ffn_io::read_image_f32(&ispec)?;
         let lab = ffn_io::read_labels(&lspec)?;
         ffn_io::check_same_shape(&ispec, image.shape(), &lspec, lab.shape())?;
-        let (m0, s0) = mean_std(&image);
+        let (m0, s0) = ffn_core::inference::mean_stddev(image.iter().copied());
         let mean = means.as_ref().map_or(m0, |m| m[i]);
         let std = stds.as_ref().map_or(s0, |s| s[i]);
         ensure!(
@@ -585,11 +583,26 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
         coord_file.coords,
     )
     .with_context(|| format!("training data from {}", args.coords.display()))?;
-    let cfg_json = config_json(args, &model, &norms, n_coords);
+    let init = args
+        .init_checkpoint
+        .as_deref()
+        .map(|p| ffn_io::model::load_initial_weights(p, &model))
+        .transpose()
+        .context("--init-checkpoint")?;
+    let mut cfg_json = config_json(args, &model, &norms, n_coords);
+    if let Some(m) = &init {
+        // Only when given, so that runs without it keep the configuration they always had.
+        cfg_json["init_checkpoint"] = json!({
+            "path": m.path.display().to_string(),
+            "params_checksum": format!("{:016x}", ffn_core::training::distributed::param_checksum(&m.params)),
+        });
+    }
     dist.check_config(args, &cfg_json)?;
     let ckpt_dir = args.out.join("checkpoints");
     fs::create_dir_all(&ckpt_dir).with_context(|| format!("creating {}", ckpt_dir.display()))?;
     let mut opt = make_optimizer(args);
+    // CPU seconds of training so far: the resumed checkpoint's record plus this process's.
+    let mut cpu_before = (0.0f64, 0u64);
     let (mut net, resumed_from) = match args
         .resume
         .then(|| latest_checkpoint(&ckpt_dir))
@@ -613,6 +626,20 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
                     diffs.join("; ")
                 );
             }
+            cpu_before = match ck
+                .training_config
+                .get("cpu_seconds")
+                .and_then(Value::as_f64)
+            {
+                Some(cpu) => (
+                    cpu,
+                    ck.training_config
+                        .get("cpu_seconds_from_step")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0),
+                ),
+                None => (0.0, ck.step),
+            };
             let state_len = ck
                 .training_config
                 .get("trainer_state_bytes")
@@ -660,10 +687,22 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
                 .with_context(|| format!("{}", path.display()))?;
             (ConvStack3d::from_params(model, ck.params)?, Some(path))
         }
-        None => (
-            ConvStack3d::new(model, args.init_stddev, &mut Rng::new(args.seed)),
-            None,
-        ),
+        None => match init {
+            Some(m) => {
+                if !args.quiet && dist.is_root() {
+                    eprintln!(
+                        "initial weights from {} ({:?}); fresh optimiser state",
+                        m.path.display(),
+                        m.config
+                    );
+                }
+                (ConvStack3d::from_params(model, m.params)?, None)
+            }
+            None => (
+                ConvStack3d::new(model, args.init_stddev, &mut Rng::new(args.seed)),
+                None,
+            ),
+        },
     };
     net.set_conv_algorithm(args.conv);
     let start_step = trainer.steps();
@@ -704,10 +743,17 @@ fn train_on(args: &Args, dist: &crate::distributed::Dist) -> Result<Summary> {
             optimizer,
             step: trainer.steps(),
             rng_state: Rng::new(args.seed).state(),
-            training_config: if distributed.is_null() {
-                json!({ "config": cfg_json, "trainer_state_bytes": state.len() })
-            } else {
-                json!({ "config": cfg_json, "trainer_state_bytes": state.len(), "distributed": distributed })
+            training_config: {
+                let mut t = json!({
+                    "config": cfg_json,
+                    "trainer_state_bytes": state.len(),
+                    "cpu_seconds": cpu_before.0 + crate::cpu_time::process_cpu_seconds(),
+                    "cpu_seconds_from_step": cpu_before.1,
+                });
+                if !distributed.is_null() {
+                    t["distributed"] = distributed;
+                }
+                t
             },
         };
         Ok(save_checkpoint_in_dir(

@@ -109,6 +109,18 @@ impl fmt::Display for InferenceError {
 
 impl core::error::Error for InferenceError {}
 
+/// Mean and (population) standard deviation of image values, summed in `f64` in the iteration
+/// order: the per-volume normalisation of training, and of inference with a model trained so.
+pub fn mean_stddev<I: Iterator<Item = f32> + Clone>(values: I) -> (f64, f64) {
+    let n = values.clone().count().max(1) as f64;
+    let mean = values.clone().map(f64::from).sum::<f64>() / n;
+    let var = values
+        .map(|x| (f64::from(x) - mean) * (f64::from(x) - mean))
+        .sum::<f64>()
+        / n;
+    (mean, libm::sqrt(var))
+}
+
 /// Image normalisation of google/ffn requests: `(x - mean) / stddev`, in `f32`.
 pub fn normalize_image(raw: &[f32], mean: f32, stddev: f32, out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(raw) {

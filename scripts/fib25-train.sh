@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Trains the ffn-rs FIB-25 model from fresh weights on the ground truth of data/fib25 with z < 150 only
+# (z >= 150 is held out for evaluation), resuming the run in RUN_DIR when it has checkpoints.
+#
+#   [MAX_STEPS=N] bash scripts/fib25-train.sh [RUN_DIR] [extra `ffn train` flags, e.g. --max-seconds 3600]
+#
+# The configuration is the one of models/ffn-rs-fib25/MODEL_CARD.md; a resumed run must keep it (ffn
+# refuses a changed configuration, naming the fields). Run it under `nice -n 19` beside other work.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+run=${1:-runs/fib25}
+shift || true
+ffn=${FFN:-target/release/ffn}
+[ -x "$ffn" ] || cargo build --release -p ffn-cli
+mkdir -p "$run/data"
+data="$run/data/train.h5"
+if [ ! -f "$run/data/train.coords" ]; then
+  # The training part: x,y all 250, z 0..149. Partitions and coordinates see nothing of z >= 150.
+  "$ffn" import stack data/fib25/grayscale_maps --output "$data:image" --offset 0,0,0 --size 250,250,150
+  "$ffn" import labels data/fib25/groundtruth.h5.gz --output "$data:labels" --offset 0,0,0 --size 250,250,150
+  # lom radius = margin = fov//2 + delta = 12 + 6.
+  "$ffn" partitions --labels "$data:labels" --out "$data:af" --lom-radius 18,18,18
+  "$ffn" coordinates --partitions "fib25:$data:af" --out "$run/data/train.coords.tmp" \
+    --margin 18,18,18 --max-per-class 100000 --seed 1
+  mv "$run/data/train.coords.tmp" "$run/data/train.coords"
+fi
+resume=()
+ls "$run"/checkpoints/*.safetensors >/dev/null 2>&1 && resume=(--resume)
+exec "$ffn" train --image "fib25:$data:image" --labels "fib25:$data:labels" \
+  --coords "$run/data/train.coords" --out "$run" "${resume[@]}" \
+  --image-mean 128 --image-stddev 33 \
+  --depth 6 --features 32 --fov 25,25,25 --deltas 6,6,6 --batch-size 4 \
+  --optimizer adam --learning-rate 0.001 --seed 1 --max-steps "${MAX_STEPS:-1000000}" \
+  --report-every 200 --checkpoint-secs 600 --keep-checkpoints 0 --quiet "$@"
