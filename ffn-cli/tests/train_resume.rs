@@ -329,7 +329,8 @@ fn infer_uses_the_normalisation_recorded_in_the_checkpoint() {
         line.contains("(x - 100) / 25") && line.contains("stddev from the command line"),
         "{line}"
     );
-    // The default of `ffn train` is per-volume statistics: inference measures the image.
+    // The default of `ffn train` is each volume's own statistics; with one training volume the
+    // checkpoint records its mean and stddev, and inference uses them (the image's, here).
     let per = dir.path().join("per").display().to_string();
     let o = train(&common, &["--out", &per, "--max-steps", "2"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -339,7 +340,7 @@ fn infer_uses_the_normalisation_recorded_in_the_checkpoint() {
     let (m, s) = ffn_core::inference::mean_stddev(img.iter().copied());
     assert!(
         line.contains(&format!("(x - {}) / {}", m as f32, s as f32))
-            && line.contains("own statistics"),
+            && line.contains("from the checkpoint"),
         "{line} (image mean {m}, stddev {s})"
     );
 }

@@ -51,13 +51,19 @@ pub struct LoadedModel {
     pub normalisation: Option<TrainingNormalisation>,
 }
 
-/// Loads any supported model: an ffn-rs `.safetensors` checkpoint, a folder of them (the newest),
-/// or a google/ffn TensorFlow checkpoint (`model.ckpt-N`, its `.index` or its data file).
+/// Loads any supported model: an ffn-rs `.safetensors` checkpoint, a folder of them or a training
+/// run's folder (its `checkpoints/`; the newest), or a google/ffn TensorFlow checkpoint
+/// (`model.ckpt-N`, its `.index` or its data file).
 pub fn load_model(path: &Path) -> Result<LoadedModel, IoError> {
     let file = if path.is_dir() {
-        latest_checkpoint(path)?.ok_or_else(|| IoError::Checkpoint {
+        let run = path.join("checkpoints");
+        let found = match latest_checkpoint(path)? {
+            None if run.is_dir() => latest_checkpoint(&run)?,
+            found => found,
+        };
+        found.ok_or_else(|| IoError::Checkpoint {
             path: path.into(),
-            reason: "folder holds no ckpt-STEP.safetensors file".into(),
+            reason: "folder holds no ckpt-STEP.safetensors file (nor does its checkpoints/)".into(),
         })?
     } else {
         path.to_path_buf()

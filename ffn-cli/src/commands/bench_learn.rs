@@ -10,16 +10,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use ffn_core::inference::{Canvas, InferenceOptions, normalize_image, seeds};
-use ffn_core::metrics::{MetricOptions, evaluate};
 use ffn_core::network::ConvStack3d;
 use ffn_io::VolumeSpec;
 use ffn_io::checkpoint::{list_checkpoints, load_checkpoint};
 
-use super::normalisation;
+use super::heldout::{HeldOut, Scored, context_region};
 use crate::plot;
 
 /// Arguments of `ffn bench learn`.
@@ -40,9 +37,20 @@ pub struct Args {
     /// Size of the held-out box, x,y,z.
     #[arg(long, value_name = "X,Y,Z")]
     size: String,
-    /// A reference model run on the same box (e.g. Google's `model.ckpt-27465036`).
+    /// A reference model run on the same box and context (e.g. Google's `model.ckpt-27465036`).
     #[arg(long)]
     reference: Option<PathBuf>,
+    /// A reference segmentation of the whole volume FILE:DATASET (e.g. Google's published one),
+    /// scored on the box.
+    #[arg(long)]
+    reference_segmentation: Option<VolumeSpec>,
+    /// Inference runs on the box grown by this many voxels on every side (clamped to the volume
+    /// and to z >= --heldout-z), so that objects reaching into the box from outside are seeded.
+    #[arg(long, default_value_t = 24)]
+    context: usize,
+    /// The held-out part starts at this z: inference never reads the image below it.
+    #[arg(long, default_value_t = 0)]
+    heldout_z: usize,
     /// Evaluate every N-th checkpoint (the newest always).
     #[arg(long, default_value_t = 1)]
     every: usize,
@@ -115,13 +123,6 @@ impl Row {
     }
 }
 
-/// The held-out box: raw image, labels and shape.
-struct HeldOut {
-    raw: Vec<f32>,
-    truth: Vec<u64>,
-    shape: [usize; 3],
-}
-
 /// Runs `ffn bench learn`.
 pub fn run(args: Args) -> Result<()> {
     if args.every == 0 {
@@ -134,23 +135,15 @@ pub fn run(args: Args) -> Result<()> {
         full,
         &args.image,
     )?;
-    ffn_io::check_same_shape(
-        &args.image,
-        &full,
-        &args.labels,
-        &ffn_io::dataset_shape(&args.labels)?,
-    )?;
-    let held = HeldOut {
-        raw: ffn_io::read_image_f32_region(&args.image, offset, shape)?
-            .iter()
-            .copied()
-            .collect(),
-        truth: ffn_io::read_labels_region(&args.labels, offset, shape)?
-            .iter()
-            .copied()
-            .collect(),
-        shape,
-    };
+    if offset[0] < args.heldout_z {
+        bail!(
+            "--offset: the box starts at z = {} but the held-out part at --heldout-z {}",
+            offset[0],
+            args.heldout_z
+        );
+    }
+    let context = context_region(offset, shape, args.context, [args.heldout_z, 0, 0], full);
+    let held = HeldOut::read(&args.image, &args.labels, (offset, shape), context)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let csv_path = args.out.join("learning.csv");
@@ -158,7 +151,11 @@ pub fn run(args: Args) -> Result<()> {
     let log = wall_hours_by_step(&args.run.join("train_log.csv"));
 
     let ckpt_dir = args.run.join("checkpoints");
-    let all = list_checkpoints(&ckpt_dir)?;
+    let all = if ckpt_dir.is_dir() {
+        list_checkpoints(&ckpt_dir)?
+    } else {
+        Vec::new()
+    };
     if all.is_empty() {
         bail!(
             "{}: no checkpoints (ckpt-STEP.safetensors) to evaluate",
@@ -207,6 +204,19 @@ pub fn run(args: Args) -> Result<()> {
         rows.insert((row.model.clone(), 0), row);
         write_rows(&csv_path, &rows)?;
     }
+    if let Some(spec) = &args.reference_segmentation
+        && !rows.keys().any(|(m, _)| m == "published")
+    {
+        let seg = ffn_io::read_labels_region(spec, offset, shape)?;
+        let scored = held.score(seg.iter().copied().collect())?;
+        let row = Row {
+            model: "published".into(),
+            ..row_of(&scored)
+        };
+        eprintln!("bench learn: {}", row.csv());
+        rows.insert((row.model.clone(), 0), row);
+        write_rows(&csv_path, &rows)?;
+    }
     let table = markdown(&rows, &args);
     std::fs::write(args.out.join("learning.md"), &table)
         .with_context(|| format!("writing {}", args.out.join("learning.md").display()))?;
@@ -219,47 +229,31 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// Segments the held-out box with `net` and scores it.
+/// Segments the held-out box with `net` and makes its row (model, step and hours to be filled in).
 fn segment_and_score(
     held: &HeldOut,
-    mut net: ConvStack3d,
+    net: ConvStack3d,
     trained: Option<ffn_io::TrainingNormalisation>,
     min_segment_size: usize,
 ) -> Result<Row> {
-    let norm = normalisation::choose((None, None), (None, None), trained, || {
-        Ok(ffn_core::inference::mean_stddev(held.raw.iter().copied()))
-    })?;
-    let mut image = vec![0f32; held.raw.len()];
-    normalize_image(&held.raw, norm.mean, norm.stddev, &mut image);
-    let (fov, deltas) = (net.config().fov, net.config().deltas);
-    let opts = InferenceOptions {
-        min_segment_size,
-        ..InferenceOptions::default()
-    };
-    let t = Instant::now();
-    let mut canvas = Canvas::new(&image, held.shape, fov, deltas, opts)
-        .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
-    let points = seeds::policy_peaks(&image, held.shape, &seeds::PeaksOptions::default());
-    let clock = move || t.elapsed().as_secs_f64();
-    canvas
-        .segment_all(&points, &mut net, &clock, &mut |_| {})
-        .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
-    let seg = canvas.segmentation();
-    let scores = evaluate(&held.truth, &seg, &MetricOptions::default())
-        .map_err(|e| anyhow::anyhow!("evaluation: {e}"))?;
-    Ok(Row {
+    Ok(row_of(&held.segment(net, trained, min_segment_size)?))
+}
+
+/// A row of scores (model, step and hours to be filled in).
+fn row_of(s: &Scored) -> Row {
+    Row {
         model: String::new(),
         step: 0,
         examples: 0,
         cpu_hours: f64::NAN,
         wall_hours: f64::NAN,
-        segments: canvas.origins().len(),
-        unsegmented: seg.iter().filter(|&&v| v == 0).count() as f64 / seg.len().max(1) as f64,
-        voi_split: scores.voi_split,
-        voi_merge: scores.voi_merge,
-        arand: scores.adapted_rand_error,
-        infer_seconds: t.elapsed().as_secs_f64(),
-    })
+        segments: s.segments,
+        unsegmented: s.unsegmented,
+        voi_split: s.scores.voi_split,
+        voi_merge: s.scores.voi_merge,
+        arand: s.scores.adapted_rand_error,
+        infer_seconds: s.seconds,
+    }
 }
 
 type Rows = BTreeMap<(String, u64), Row>;
@@ -295,7 +289,8 @@ fn write_rows(path: &Path, rows: &Rows) -> Result<()> {
 }
 
 /// Training wall-clock hours by step, from the run's `train_log.csv` (`step` and `elapsed_s`
-/// columns); empty when the log is missing or has no such columns.
+/// columns, summed over resumed sessions; the time between a session's last row and its end is
+/// not counted); empty when the log is missing or has no such columns.
 fn wall_hours_by_step(log: &Path) -> BTreeMap<u64, f64> {
     let mut out = BTreeMap::new();
     let Ok(text) = std::fs::read_to_string(log) else {
@@ -309,13 +304,19 @@ fn wall_hours_by_step(log: &Path) -> BTreeMap<u64, f64> {
     ) else {
         return out;
     };
+    // `elapsed_s` restarts with every resumed process: add up the sessions.
+    let (mut before, mut last) = (0.0, 0.0);
     for line in lines {
         let f: Vec<&str> = line.split(',').collect();
         if let (Some(Ok(s)), Some(Ok(e))) = (
             f.get(si).map(|v| v.parse::<u64>()),
             f.get(ei).map(|v| v.parse::<f64>()),
         ) {
-            out.insert(s, e / 3600.0);
+            if e < last {
+                before += last;
+            }
+            last = e;
+            out.insert(s, (before + e) / 3600.0);
         }
     }
     out
@@ -368,17 +369,21 @@ fn markdown(rows: &Rows, args: &Args) -> String {
 /// flat line.
 fn curve(path: &Path, rows: &Rows) -> Result<()> {
     let ours: Vec<&Row> = rows.values().filter(|r| r.model == "ffn-rs").collect();
-    let reference = rows.values().find(|r| r.model == "reference");
+    let references: Vec<(&Row, [u8; 3])> =
+        [("reference", [30, 90, 200]), ("published", [40, 160, 60])]
+            .into_iter()
+            .filter_map(|(m, c)| rows.values().find(|r| r.model == m).map(|r| (r, c)))
+            .collect();
     let series = |x: fn(&Row) -> f64, y: fn(&Row) -> f64| -> Vec<plot::Series> {
         let pts: Vec<(f64, f64)> = ours.iter().map(|r| (x(r), y(r))).collect();
         let mut s = vec![plot::Series::new(pts.clone(), [200, 40, 40])];
-        if let Some(g) = reference {
-            let xs: Vec<f64> = pts.iter().map(|p| p.0).filter(|v| v.is_finite()).collect();
-            if let (Some(a), Some(b)) = (
-                xs.iter().copied().reduce(f64::min),
-                xs.iter().copied().reduce(f64::max),
-            ) {
-                s.push(plot::Series::new(vec![(a, y(g)), (b, y(g))], [30, 90, 200]));
+        let xs: Vec<f64> = pts.iter().map(|p| p.0).filter(|v| v.is_finite()).collect();
+        if let (Some(a), Some(b)) = (
+            xs.iter().copied().reduce(f64::min),
+            xs.iter().copied().reduce(f64::max),
+        ) {
+            for (g, color) in &references {
+                s.push(plot::Series::new(vec![(a, y(g)), (b, y(g))], *color));
             }
         }
         s
@@ -399,7 +404,7 @@ fn curve(path: &Path, rows: &Rows) -> Result<()> {
             ("VI vs examples", series(examples, vi), None),
             ("VI vs CPU-hours", series(cpu, vi), None),
         ],
-        "red: ffn-rs, blue: reference",
+        "red: ffn-rs checkpoints, blue: reference model, green: published segmentation",
     )
 }
 
@@ -433,10 +438,16 @@ mod tests {
     fn wall_hours_come_from_the_log_columns() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("train_log.csv");
-        std::fs::write(&log, "step,loss,elapsed_s\n200,1.0,360\n400,0.9,7200\n").unwrap();
+        std::fs::write(
+            &log,
+            "step,loss,elapsed_s\n200,1.0,360\n400,0.9,7200\n600,0.8,3600\n",
+        )
+        .unwrap();
         let h = wall_hours_by_step(&log);
         assert_eq!(h.get(&200), Some(&0.1));
         assert_eq!(h.get(&400), Some(&2.0));
+        // A resumed session starts its clock again.
+        assert_eq!(h.get(&600), Some(&3.0));
         assert!(wall_hours_by_step(&dir.path().join("none.csv")).is_empty());
     }
 }

@@ -1,27 +1,30 @@
-//! `ffn demo`: the whole pipeline in one command, on data that needs no download.
+//! `ffn demo`: the product on real electron microscopy, in one command, on data that ships with the
+//! repository (FIB-25 `training_sample2`, `data/fib25/`).
 //!
-//! 1. data: two synthetic volumes from `ffn synth` (one to train on, a held-out one to segment), or a
-//!    real volume given with `--image/--labels`, split along z (first 60% train, the rest held out);
+//! 1. data: the image and ground truth imported; z < 150 is the training part, a box in z >= 150
+//!    is held out;
 //! 2. partitions and class-balanced coordinates of the training part;
-//! 3. training of a small network for `--train-minutes`;
-//! 4. flood-fill segmentation of the held-out part (PolicyPeaks seeds);
-//! 5. evaluation against its labels (VI split/merge, adapted Rand error), a PNG overlay of the
-//!    middle slice (image | truth | segmentation) and the training curve.
+//! 3. a short training run from fresh weights on the training part, for `--train-minutes`: its
+//!    curve shows the network learning;
+//! 4. the held-out box segmented by flood filling (PolicyPeaks seeds, on a context region around
+//!    the box within the held-out part) with the model trained by ffn-rs that ships in `models/`;
+//!    Google's published segmentation of the volume (and optionally a live run of a reference
+//!    model such as Google's) for comparison;
+//! 5. all scored on the box against the ground truth (VI split / merge, adapted Rand error,
+//!    unsegmented voxels), a PNG of the box's middle slice (image | truth | each segmentation).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
-use ffn_core::inference::{Canvas, InferenceOptions, Predictor, seeds};
-use ffn_core::metrics::{MetricOptions, evaluate};
 use ffn_core::network::ConvStack3d;
-use ffn_core::synth::{SynthConfig, generate};
 use ffn_core::training::coordinates::{CoordinateConfig, build_coordinates};
 use ffn_core::training::partitions::{PartitionConfig, compute_partitions};
 use ffn_io::VolumeSpec;
 use ffn_io::coords::{CoordinateFile, write_coords};
-use ndarray::{Array3, s};
+use ndarray::s;
 
+use super::heldout::{HeldOut, Scored, context_region};
 use super::partitions::parse_xyz;
 use super::train;
 use crate::plot;
@@ -32,72 +35,65 @@ pub struct Args {
     /// Output folder.
     #[arg(long, default_value = "demo_out")]
     pub out: PathBuf,
-    /// A real image volume FILE:DATASET instead of synthetic data (needs --labels).
-    #[arg(long, requires = "labels")]
-    pub image: Option<VolumeSpec>,
-    /// Labels of --image, FILE:DATASET.
-    #[arg(long, requires = "image")]
-    pub labels: Option<VolumeSpec>,
-    /// Training time budget in minutes.
-    #[arg(long, default_value_t = 4.0)]
+    /// The FIB-25 folder: `grayscale_maps/*.png` and `groundtruth.h5.gz`.
+    #[arg(long, default_value = "data/fib25")]
+    pub data: PathBuf,
+    /// The model trained by ffn-rs that segments the held-out box.
+    #[arg(long, default_value = "models/ffn-rs-fib25/model.safetensors")]
+    pub model: PathBuf,
+    /// Google's published segmentation of the whole volume, FILE:DATASET, scored on the same box
+    /// (`none` skips it).
+    #[arg(long, default_value = "data/google-fib25/segmentation.h5:segmentation")]
+    pub reference: String,
+    /// Also run this model live on the box, with the same context as the ffn-rs model (e.g.
+    /// Google's `data/google-fib25/model.ckpt-27465036`; about 5 minutes on 2 cores).
+    #[arg(long)]
+    pub reference_model: Option<PathBuf>,
+    /// Inference runs on the box grown by this many voxels on every side (within z >= --train-z).
+    #[arg(long, default_value_t = 24)]
+    pub context: usize,
+    /// Training part: z below this slice.
+    #[arg(long, default_value_t = 150)]
+    pub train_z: usize,
+    /// First voxel x,y,z of the held-out box (z >= --train-z).
+    #[arg(long, default_value = "140,30,160")]
+    pub offset: String,
+    /// Size x,y,z of the held-out box.
+    #[arg(long, default_value = "80,80,80")]
+    pub size: String,
+    /// Training time budget of the short run, in minutes.
+    #[arg(long, default_value_t = 2.0)]
     pub train_minutes: f64,
-    /// Step limit of the training (the time budget usually ends it first).
+    /// Step limit of the short run (the time budget usually ends it first).
     #[arg(long, default_value_t = 100_000)]
     pub max_steps: u64,
-    /// Size x,y,z of each synthetic volume.
-    #[arg(long, default_value = "64,64,64")]
-    pub size: String,
-    /// Neurites per synthetic volume (default: one per 20^3 voxels).
-    #[arg(long)]
-    pub neurites: Option<usize>,
-    /// Network depth.
-    #[arg(long, default_value_t = 3)]
+    /// Network depth of the short run.
+    #[arg(long, default_value_t = 6)]
     pub depth: usize,
-    /// Feature maps.
-    #[arg(long, default_value_t = 16)]
+    /// Feature maps of the short run.
+    #[arg(long, default_value_t = 32)]
     pub features: usize,
-    /// FOV x,y,z.
-    #[arg(long, default_value = "11,11,11")]
+    /// FOV x,y,z of the short run.
+    #[arg(long, default_value = "25,25,25")]
     pub fov: String,
-    /// FOV movement step x,y,z.
-    #[arg(long, default_value = "3,3,3")]
+    /// FOV movement step x,y,z of the short run.
+    #[arg(long, default_value = "6,6,6")]
     pub deltas: String,
-    /// Batch size.
+    /// Batch size of the short run.
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
-    /// Adam learning rate.
+    /// Adam learning rate of the short run.
     #[arg(long, default_value_t = 0.001)]
     pub learning_rate: f32,
-    /// Smallest object kept in partitions (voxels).
-    #[arg(long, default_value_t = 500)]
-    pub min_size: usize,
     /// Smallest segment kept by inference (voxels).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 1000)]
     pub min_segment_size: usize,
-    /// Segment only a centred crop x,y,z of the held-out part (bounds inference time on large volumes).
-    #[arg(long)]
-    pub test_crop: Option<String>,
-    /// Seed of data, weights and sampling.
+    /// Seed of weights and sampling.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
 
-/// The trained network as an inference predictor.
-struct NetPredictor(ConvStack3d);
-
-impl Predictor for NetPredictor {
-    fn fov(&self) -> [usize; 3] {
-        self.0.config().fov
-    }
-    fn predict(&mut self, image: &[f32], seed: &[f32], out: &mut [f32]) {
-        self.0.forward(image, seed, 1, out);
-    }
-    fn predict_batch(&mut self, image: &[f32], seed: &[f32], batch: usize, out: &mut [f32]) {
-        self.0.forward(image, seed, batch, out);
-    }
-}
-
-fn spec(file: &std::path::Path, ds: &str) -> VolumeSpec {
+fn spec(file: &Path, ds: &str) -> VolumeSpec {
     VolumeSpec::new(file, ds)
 }
 
@@ -106,108 +102,85 @@ pub fn run(args: Args) -> Result<()> {
     let t_all = Instant::now();
     let out = &args.out;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let data = out.join("data.h5");
+    let data = out.join("fib25.h5");
     let fov = parse_xyz(&args.fov).context("--fov")?;
     let deltas = parse_xyz(&args.deltas).context("--deltas")?;
     let radius = [0, 1, 2].map(|d| fov[d] / 2 + deltas[d]);
-
-    // 1. Data.
-    println!("[1/5] data");
-    let (train_img, train_lab, test_img, test_lab) = match (&args.image, &args.labels) {
-        (Some(i), Some(l)) => {
-            let img = ffn_io::read_image_u8(i)?;
-            let lab = ffn_io::read_labels(l)?;
-            ffn_io::check_same_shape(i, img.shape(), l, lab.shape())?;
-            let nz = img.dim().0;
-            let cut = nz * 3 / 5;
-            ensure!(
-                cut > 2 * radius[0] && nz - cut > fov[0],
-                "{i}: {nz} z-slices are too few to split into a training part (> {}) and a test part (> {})",
-                2 * radius[0],
-                fov[0]
-            );
-            println!("      {i}: train on z < {cut}, segment z >= {cut}");
-            (
-                img.slice(s![..cut, .., ..]).to_owned(),
-                lab.slice(s![..cut, .., ..]).to_owned(),
-                img.slice(s![cut.., .., ..]).to_owned(),
-                lab.slice(s![cut.., .., ..]).to_owned(),
-            )
-        }
-        _ => {
-            let shape = parse_xyz(&args.size).context("--size")?;
-            let vol = shape.iter().product::<usize>() as f64;
-            // About one neurite per 20^3 voxels, radii 4-9: objects a few FOVs long.
-            let neurites = args
-                .neurites
-                .unwrap_or(((vol / 8000.0).round() as usize).max(4));
-            let cfg = SynthConfig {
-                shape,
-                neurites,
-                radius: (4.0, 9.0),
-                seed: args.seed,
-                ..SynthConfig::default()
-            };
-            let a = generate(&cfg)?;
-            let b = generate(&SynthConfig {
-                seed: args.seed + 1000,
-                ..cfg.clone()
-            })?;
-            println!(
-                "      synthetic: two {}x{}x{} (x,y,z) volumes with {neurites} neurites (train seed {}, held-out seed {})",
-                shape[2],
-                shape[1],
-                shape[0],
-                args.seed,
-                args.seed + 1000
-            );
-            (a.image, a.labels, b.image, b.labels)
-        }
-    };
-    let (test_img, test_lab) = match &args.test_crop {
-        None => (test_img, test_lab),
-        Some(c) => {
-            let c = parse_xyz(c).context("--test-crop")?;
-            let d = [test_img.dim().0, test_img.dim().1, test_img.dim().2];
-            let lo = [0, 1, 2].map(|a| d[a].saturating_sub(c[a]) / 2);
-            let hi = [0, 1, 2].map(|a| (lo[a] + c[a]).min(d[a]));
-            let sl = s![lo[0]..hi[0], lo[1]..hi[1], lo[2]..hi[2]];
-            (test_img.slice(sl).to_owned(), test_lab.slice(sl).to_owned())
-        }
-    };
-    for (ds, v) in [("train_image", &train_img), ("test_image", &test_img)] {
-        ffn_io::write_image_u8(&spec(&data, ds), v)?;
-    }
-    for (ds, v) in [("train_labels", &train_lab), ("test_labels", &test_lab)] {
-        ffn_io::write_labels(&spec(&data, ds), v)?;
-    }
-
-    // 2. Partitions and coordinates.
-    println!(
-        "[2/5] partitions and coordinates (lom radius {:?} z,y,x)",
-        radius
-    );
-    let pcfg = PartitionConfig {
-        lom_radius: radius,
-        min_size: args.min_size,
-        ..PartitionConfig::default()
-    };
-    let parts = compute_partitions(train_lab.view(), &pcfg)?;
-    ffn_io::write_image_u8(&spec(&data, "train_partitions"), &parts)?;
-    let ccfg = CoordinateConfig {
-        margin: radius,
-        max_per_class: Some(20_000),
-    };
-    let coords = build_coordinates(
-        &[parts.view()],
-        &ccfg,
-        &mut ffn_core::rng::Rng::new(args.seed),
-    )?;
-    if coords.is_empty() {
-        bail!(
-            "no training coordinates: the training volume is smaller than twice the lom radius {radius:?}"
+    for path in [&args.model, &args.data] {
+        ensure!(
+            path.exists(),
+            "{} not found: run `ffn demo` from the repository root, or give --data / --model",
+            path.display()
         );
     }
+
+    // 1. Data.
+    println!(
+        "[1/5] data: FIB-25 training_sample2 from {}",
+        args.data.display()
+    );
+    let maps = args.data.join("grayscale_maps");
+    let slices = ffn_io::stack::find_slices(&maps.display().to_string())?;
+    let image = ffn_io::stack::read_stack(&slices)?;
+    let labels = ffn_io::labels::read_flyem_labels(
+        &args.data.join("groundtruth.h5.gz"),
+        "stack",
+        Some("transforms"),
+    )?;
+    ensure!(
+        image.shape() == labels.shape(),
+        "{}: image of shape {:?} but ground truth of shape {:?} (z,y,x)",
+        args.data.display(),
+        image.shape(),
+        labels.shape()
+    );
+    ffn_io::write_image_u8(&spec(&data, "image"), &image)?;
+    ffn_io::write_labels(&spec(&data, "labels"), &labels)?;
+    let nz = image.dim().0;
+    let (offset, shape) = super::infer::parse_box(
+        Some(&args.offset),
+        Some(&args.size),
+        [nz, image.dim().1, image.dim().2],
+        &spec(&data, "image"),
+    )?;
+    if args.train_z <= 2 * radius[0] || offset[0] < args.train_z {
+        bail!(
+            "--train-z {} and the box at z = {}: the training part must be thicker than {} slices and the \
+             box must lie in z >= --train-z",
+            args.train_z,
+            offset[0],
+            2 * radius[0]
+        );
+    }
+    println!(
+        "      train on z < {} ({} voxels); held-out box x,y,z {} of size {}",
+        args.train_z,
+        args.train_z * image.dim().1 * image.dim().2,
+        args.offset,
+        args.size
+    );
+    let train_img = image.slice(s![..args.train_z, .., ..]).to_owned();
+    let train_lab = labels.slice(s![..args.train_z, .., ..]).to_owned();
+    ffn_io::write_image_u8(&spec(&data, "train_image"), &train_img)?;
+    ffn_io::write_labels(&spec(&data, "train_labels"), &train_lab)?;
+
+    // 2. Partitions and coordinates.
+    println!("[2/5] partitions and coordinates (lom radius {radius:?} z,y,x)");
+    let parts = compute_partitions(
+        train_lab.view(),
+        &PartitionConfig {
+            lom_radius: radius,
+            ..PartitionConfig::default()
+        },
+    )?;
+    let coords = build_coordinates(
+        &[parts.view()],
+        &CoordinateConfig {
+            margin: radius,
+            max_per_class: Some(20_000),
+        },
+        &mut ffn_core::rng::Rng::new(args.seed),
+    )?;
     let coords_path = out.join("train.coords");
     write_coords(
         &coords_path,
@@ -217,149 +190,188 @@ pub fn run(args: Args) -> Result<()> {
         },
     )?;
 
-    // 3. Training.
+    // 3. A short training run from fresh weights.
     println!(
-        "[3/5] training for up to {:.1} min (progress on stderr)",
-        args.train_minutes
+        "[3/5] training from fresh weights for up to {:.1} min (depth {}, {} features, FOV {}, deltas {}, Adam {})",
+        args.train_minutes, args.depth, args.features, args.fov, args.deltas, args.learning_rate
     );
-    let mean_std = ffn_core::inference::mean_stddev(train_img.iter().map(|&v| f32::from(v)));
-    let mean_std = (mean_std.0, mean_std.1.max(1e-6));
-    let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
     let train_dir = out.join("train");
-    let targs: Vec<String> = [
-        "--image".into(),
-        format!("train:{}:train_image", data.display()),
-        "--labels".into(),
-        format!("train:{}:train_labels", data.display()),
-        "--coords".into(),
-        coords_path.display().to_string(),
-        "--out".into(),
-        train_dir.display().to_string(),
-        "--image-mean".into(),
-        mean_std.0.to_string(),
-        "--image-stddev".into(),
-        mean_std.1.to_string(),
-        "--depth".into(),
-        args.depth.to_string(),
-        "--features".into(),
-        args.features.to_string(),
-        "--fov".into(),
-        xyz(fov),
-        "--deltas".into(),
-        xyz(deltas),
-        "--batch-size".into(),
-        args.batch_size.to_string(),
-        "--optimizer".into(),
-        "adam".into(),
-        "--learning-rate".into(),
-        args.learning_rate.to_string(),
-        "--clip".into(),
-        "0".into(),
-        "--init-stddev".into(),
-        "0.05".into(),
-        "--seed".into(),
-        args.seed.to_string(),
-        "--max-steps".into(),
-        args.max_steps.to_string(),
-        "--max-seconds".into(),
-        ((args.train_minutes * 60.0).round() as u64)
-            .max(1)
-            .to_string(),
-        "--report-every".into(),
-        "100".into(),
-        "--checkpoint-every".into(),
-        "0".into(),
-        "--checkpoint-secs".into(),
-        "120".into(),
-    ]
-    .into_iter()
-    .collect();
-    let targs = train::Args::from_strings(&targs)?;
-    let summary = train::train(&targs)?;
-    let first = summary.rows.first().cloned();
-    let last = summary.rows.last().cloned();
+    let summary = train::train(&train::Args::from_strings(&short_run_args(
+        &args,
+        &data,
+        &coords_path,
+        &train_dir,
+    ))?)?;
 
-    // 4. Inference on the held-out part.
-    println!("[4/5] segmenting the held-out volume");
-    let ck = ffn_io::checkpoint::load_checkpoint(&summary.checkpoint)?;
-    let mut predictor = NetPredictor(ConvStack3d::from_params(ck.model, ck.params)?);
-    let (tz, ty, tx) = test_img.dim();
-    let shape = [tz, ty, tx];
-    let image: Vec<f32> = test_img
-        .iter()
-        .map(|&v| ((v as f64 - mean_std.0) / mean_std.1) as f32)
-        .collect();
-    let opts = InferenceOptions {
-        min_segment_size: args.min_segment_size,
-        ..InferenceOptions::default()
-    };
-    let mut canvas = Canvas::new(&image, shape, fov, deltas, opts)
-        .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
-    let seed_points = seeds::policy_peaks(&image, shape, &seeds::PeaksOptions::default());
-    let t_inf = Instant::now();
-    let clock = move || t_inf.elapsed().as_secs_f64();
-    canvas
-        .segment_all(&seed_points, &mut predictor, &clock, &mut |_| {})
-        .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
-    let seg = canvas.segmentation();
-    let n_segments = canvas.origins().len();
-    let seg_arr =
-        Array3::from_shape_vec((tz, ty, tx), seg.clone()).context("segmentation shape")?;
-    ffn_io::write_labels(&spec(&data, "test_segmentation"), &seg_arr)?;
-    let inf_secs = t_inf.elapsed().as_secs_f64();
+    // 4. The held-out box, segmented by the shipped models.
+    println!("[4/5] segmenting the held-out box");
+    let full = [nz, image.dim().1, image.dim().2];
+    let context = context_region(offset, shape, args.context, [args.train_z, 0, 0], full);
+    let held = HeldOut::read(
+        &spec(&data, "image"),
+        &spec(&data, "labels"),
+        (offset, shape),
+        context,
+    )?;
+    println!(
+        "      inference on the context region x,y,z {},{},{} of size {},{},{} around the box",
+        context.0[2], context.0[1], context.0[0], context.1[2], context.1[1], context.1[0]
+    );
+    let mut runs: Vec<(String, Scored)> = Vec::new();
+    let mut models = vec![("ffn-rs model".to_string(), args.model.clone())];
+    if let Some(m) = &args.reference_model {
+        models.push(("reference model".into(), m.clone()));
+    }
+    for (name, path) in models {
+        let m = ffn_io::load_model(&path).with_context(|| format!("loading {}", path.display()))?;
+        let net = ConvStack3d::from_params(m.config, m.params)?;
+        let scored = held.segment(net, m.normalisation, args.min_segment_size)?;
+        println!(
+            "      {name} ({}): {} segments in {:.1} s",
+            path.display(),
+            scored.segments,
+            scored.seconds
+        );
+        let arr = ndarray::Array3::from_shape_vec(
+            (shape[0], shape[1], shape[2]),
+            scored.segmentation.clone(),
+        )?;
+        let ds = if runs.is_empty() {
+            "seg_ffn_rs"
+        } else {
+            "seg_reference_model"
+        };
+        ffn_io::write_labels(&spec(&data, ds), &arr)?;
+        runs.push((name, scored));
+    }
+    if args.reference != "none" {
+        let published: VolumeSpec = args.reference.parse().context("--reference")?;
+        let seg = ffn_io::read_labels_region(&published, offset, shape)
+            .with_context(|| format!("--reference {published}"))?;
+        runs.push((
+            "Google published".into(),
+            held.score(seg.iter().copied().collect())?,
+        ));
+        println!("      Google's published segmentation ({published}), cropped to the box");
+    }
 
-    // 5. Evaluation and figures.
+    // 5. Scores and figures.
     println!("[5/5] evaluation");
-    let truth: Vec<u64> = test_lab.iter().copied().collect();
-    let scores = evaluate(&truth, &seg, &MetricOptions::default())
-        .map_err(|e| anyhow::anyhow!("evaluation: {e}"))?;
-    let unsegmented = seg.iter().filter(|&&v| v == 0).count() as f64 / seg.len().max(1) as f64;
-    let z = tz / 2;
-    let grey: Vec<u8> = test_img.slice(s![z, .., ..]).iter().copied().collect();
-    let gt: Vec<u64> = test_lab.slice(s![z, .., ..]).iter().copied().collect();
-    let sg: Vec<u64> = seg_arr.slice(s![z, .., ..]).iter().copied().collect();
+    let z = shape[0] / 2;
+    let plane = shape[1] * shape[2];
+    let grey: Vec<u8> = held.raw[z * plane..(z + 1) * plane]
+        .iter()
+        .map(|&v| v as u8)
+        .collect();
+    let mut panels: Vec<&[u64]> = vec![&held.truth[z * plane..(z + 1) * plane]];
+    for (_, r) in &runs {
+        panels.push(&r.segmentation[z * plane..(z + 1) * plane]);
+    }
     let overlay = out.join("overlay.png");
-    plot::slice_overlays(&overlay, tx, ty, &grey, &[&gt, &sg], 3)?;
+    plot::slice_overlays(&overlay, shape[2], shape[1], &grey, &panels, 3)?;
 
     println!();
-    if let (Some(a), Some(b)) = (&first, &last) {
+    if let (Some(a), Some(b)) = (summary.rows.first(), summary.rows.last()) {
         println!(
-            "training: {} steps, {:.1} examples/s; loss {:.4} -> {:.4}, F1 {:.3} -> {:.3}, accuracy {:.3} -> {:.3}",
+            "short training run: {} steps ({} examples) at {:.1} examples/s; loss {:.3} -> {:.3}, F1 {:.3} -> {:.3}",
             summary.steps,
+            summary.steps * args.batch_size as u64,
             summary.examples_per_s,
             a.loss,
             b.loss,
             a.f1,
-            b.f1,
-            a.accuracy,
-            b.accuracy
+            b.f1
         );
     }
     println!(
-        "segmentation: {n_segments} segments from {} seeds in {inf_secs:.1} s, {:.1}% of voxels unsegmented",
-        seed_points.len(),
-        100.0 * unsegmented
+        "held-out box (x,y,z {} size {}, z >= {}; truth 0 ignored, unsegmented counted as one segment):",
+        args.offset, args.size, args.train_z
     );
     println!(
-        "scores (truth 0 ignored, unsegmented = one segment): VI split {:.3} bits, VI merge {:.3} bits, \
-         VI total {:.3}, adapted Rand error {:.3}",
-        scores.voi_split,
-        scores.voi_merge,
-        scores.voi_split + scores.voi_merge,
-        scores.adapted_rand_error
+        "  {:<16} {:>8} {:>12} {:>9} {:>9} {:>7}",
+        "model", "segments", "unsegmented", "VI split", "VI merge", "ARAND"
     );
+    for (name, r) in &runs {
+        println!(
+            "  {:<16} {:>8} {:>11.1}% {:>9.3} {:>9.3} {:>7.3}",
+            name,
+            r.segments,
+            100.0 * r.unsegmented,
+            r.scores.voi_split,
+            r.scores.voi_merge,
+            r.scores.adapted_rand_error
+        );
+    }
     println!("outputs:");
     println!(
-        "  volumes        {} (train_*, test_*, test_segmentation)",
+        "  volumes        {} (image, labels, train_*, seg_ffn_rs, seg_reference_model)",
         data.display()
     );
-    println!("  checkpoint     {}", summary.checkpoint.display());
     println!("  training log   {}", summary.log.display());
     println!("  training curve {}", summary.curve.display());
     println!(
-        "  slice overlay  {} (image | truth | segmentation, z = {z})",
-        overlay.display()
+        "  slice overlay  {} (image | truth | {}; z = {} of the box)",
+        overlay.display(),
+        runs.iter()
+            .map(|r| r.0.as_str())
+            .collect::<Vec<_>>()
+            .join(" | "),
+        z
     );
     println!("total time {:.1} min", t_all.elapsed().as_secs_f64() / 60.0);
     Ok(())
+}
+
+/// The `ffn train` arguments of the short run.
+fn short_run_args(args: &Args, data: &Path, coords: &Path, out: &Path) -> Vec<String> {
+    let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
+    let (fov, deltas) = (
+        parse_xyz(&args.fov).unwrap_or([0; 3]),
+        parse_xyz(&args.deltas).unwrap_or([0; 3]),
+    );
+    [
+        "--image",
+        &format!("train:{}:train_image", data.display()),
+        "--labels",
+        &format!("train:{}:train_labels", data.display()),
+        "--coords",
+        &coords.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+        "--image-mean",
+        "128",
+        "--image-stddev",
+        "33",
+        "--depth",
+        &args.depth.to_string(),
+        "--features",
+        &args.features.to_string(),
+        "--fov",
+        &xyz(fov),
+        "--deltas",
+        &xyz(deltas),
+        "--batch-size",
+        &args.batch_size.to_string(),
+        "--optimizer",
+        "adam",
+        "--learning-rate",
+        &args.learning_rate.to_string(),
+        "--seed",
+        &args.seed.to_string(),
+        "--max-steps",
+        &args.max_steps.to_string(),
+        "--max-seconds",
+        &((args.train_minutes * 60.0).round() as u64)
+            .max(1)
+            .to_string(),
+        "--report-every",
+        "25",
+        "--checkpoint-every",
+        "0",
+        "--checkpoint-secs",
+        "0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }

@@ -10,6 +10,7 @@ pub mod coordinates;
 pub mod demo;
 mod eval;
 pub mod export;
+mod heldout;
 mod import;
 mod infer;
 mod inspect;

@@ -38,8 +38,9 @@ impl LrSchedule {
 
     /// Checks the fields.
     pub fn validate(&self) -> Result<(), TrainingError> {
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return Err(invalid("learning_rate", "a finite value > 0", self.lr));
+        // 0 is allowed: the training loop then runs without changing the weights (an evaluation).
+        if !(self.lr.is_finite() && self.lr >= 0.0) {
+            return Err(invalid("learning_rate", "a finite value >= 0", self.lr));
         }
         if let Some(d) = self.decay {
             if !(d.rate > 0.0 && d.rate <= 1.0) {
