@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Trains the ffn-rs FIB-25 model from fresh weights on the ground truth of data/fib25 with z < 150 only
-# (z >= 150 is held out for evaluation), resuming the run in RUN_DIR when it has checkpoints.
+# Trains the ffn-rs FIB-25 model on the ground truth of data/fib25 with z < 150 only (z >= 150 is held
+# out for evaluation): resumes the run in RUN_DIR when it has checkpoints, else continues the shipped
+# model (models/ffn-rs-fib25), else (or with FRESH=1) starts from fresh weights.
 #
 #   [MAX_STEPS=N] bash scripts/fib25-train.sh [RUN_DIR] [extra `ffn train` flags, e.g. --max-seconds 3600]
 #
@@ -23,6 +24,16 @@ if [ ! -f "$run/data/train.coords" ]; then
   "$ffn" coordinates --partitions "fib25:$data:af" --out "$run/data/train.coords.tmp" \
     --margin 18,18,18 --max-per-class 100000 --seed 1
   mv "$run/data/train.coords.tmp" "$run/data/train.coords"
+fi
+# A new run folder continues the shipped model's training (its checkpoint holds the optimiser and
+# example-generator state too, so the continuation is exact); FRESH=1 starts from fresh weights.
+shipped=models/ffn-rs-fib25
+if ! ls "$run"/checkpoints/*.safetensors >/dev/null 2>&1 && [ -z "${FRESH:-}" ] && [ -f "$shipped/model.safetensors" ]; then
+  step=$("$ffn" inspect --json "$shipped/model.safetensors" | grep -o '"step":"[0-9]*"' | grep -o '[0-9]*')
+  mkdir -p "$run/checkpoints"
+  cp "$shipped/model.safetensors" "$run/checkpoints/$(printf 'ckpt-%010d.safetensors' "$step")"
+  cp "$shipped/train_log.csv" "$run/train_log.csv"
+  echo "continuing the shipped model's training from step $step"
 fi
 resume=()
 ls "$run"/checkpoints/*.safetensors >/dev/null 2>&1 && resume=(--resume)

@@ -41,6 +41,43 @@ fn glyph(c: char) -> [u8; 5] {
         'u' => [0, 5, 5, 5, 7],
         'r' => [0, 7, 4, 4, 4],
         'y' => [5, 5, 7, 1, 7],
+        'A' => [2, 5, 7, 5, 5],
+        'B' => [6, 5, 6, 5, 6],
+        'C' => [7, 4, 4, 4, 7],
+        'D' => [6, 5, 5, 5, 6],
+        'E' => [7, 4, 6, 4, 7],
+        'G' => [7, 4, 5, 5, 7],
+        'H' => [5, 5, 7, 5, 5],
+        'I' => [7, 2, 2, 2, 7],
+        'J' => [1, 1, 1, 5, 7],
+        'K' => [5, 5, 6, 5, 5],
+        'L' => [4, 4, 4, 4, 7],
+        'M' => [5, 7, 7, 5, 5],
+        'N' => [6, 5, 5, 5, 5],
+        'O' => [7, 5, 5, 5, 7],
+        'P' => [7, 5, 7, 4, 4],
+        'Q' => [7, 5, 5, 7, 1],
+        'R' => [6, 5, 6, 5, 5],
+        'S' => [7, 4, 7, 1, 7],
+        'T' => [7, 2, 2, 2, 2],
+        'U' => [5, 5, 5, 5, 7],
+        'V' => [5, 5, 5, 5, 2],
+        'W' => [5, 5, 7, 7, 5],
+        'X' => [5, 5, 2, 5, 5],
+        'Y' => [5, 5, 2, 2, 2],
+        'Z' => [7, 1, 2, 4, 7],
+        ':' => [0, 2, 0, 2, 0],
+        ',' => [0, 0, 0, 2, 4],
+        '(' => [1, 2, 2, 2, 1],
+        ')' => [4, 2, 2, 2, 4],
+        '/' => [1, 1, 2, 4, 4],
+        '%' => [5, 1, 2, 4, 5],
+        '+' => [0, 2, 7, 2, 0],
+        '=' => [0, 7, 0, 7, 0],
+        '_' => [0, 0, 0, 0, 7],
+        '\'' => [2, 2, 0, 0, 0],
+        // Other lower-case letters as their capitals.
+        c if c.is_ascii_lowercase() => glyph(c.to_ascii_uppercase()),
         _ => [0; 5],
     }
 }
@@ -169,19 +206,22 @@ fn panel(title: &str, series: &[Series], y_range: Option<(f64, f64)>) -> Canvas 
     c.line(left, top, left, top + ph, frame, 1);
     c.line(left + pw, top, left + pw, top + ph, frame, 1);
     c.text(left as i64, 8, title, [0, 0, 0], 3);
-    let lines: Vec<(Vec<(f64, f64)>, [u8; 3])> = series
+    let lines: Vec<Series> = series
         .iter()
         .map(|s| {
-            let pts = s
+            let points = s
                 .points
                 .iter()
                 .copied()
                 .filter(|p| p.0.is_finite() && p.1.is_finite())
                 .collect();
-            (pts, s.color)
+            Series::new(points, s.color)
         })
         .collect();
-    let finite: Vec<(f64, f64)> = lines.iter().flat_map(|l| l.0.iter().copied()).collect();
+    let finite: Vec<(f64, f64)> = lines
+        .iter()
+        .flat_map(|l| l.points.iter().copied())
+        .collect();
     if finite.is_empty() {
         return c;
     }
@@ -200,14 +240,14 @@ fn panel(title: &str, series: &[Series], y_range: Option<(f64, f64)>) -> Canvas 
         c.line(left + 1.0, y, left + pw - 1.0, y, grid, 1);
     }
     let to_px = |p: (f64, f64)| (left + (p.0 - x0) / xs * pw, top + ph - (p.1 - y0) / ys * ph);
-    for (pts, color) in &lines {
-        for pair in pts.windows(2) {
+    for line in &lines {
+        for pair in line.points.windows(2) {
             let (a, b) = (to_px(pair[0]), to_px(pair[1]));
-            c.line(a.0, a.1, b.0, b.1, *color, 2);
+            c.line(a.0, a.1, b.0, b.1, line.color, 2);
         }
-        if let [p] = pts.as_slice() {
+        if let [p] = line.points.as_slice() {
             let a = to_px(*p);
-            c.line(a.0 - 2.0, a.1, a.0 + 2.0, a.1, *color, 3);
+            c.line(a.0 - 2.0, a.1, a.0 + 2.0, a.1, line.color, 3);
         }
     }
     let label = [60, 60, 60];
@@ -246,13 +286,22 @@ pub fn training_curve(path: &Path, loss: &[(f64, f64)], f1: &[(f64, f64)]) -> Re
     c.save(path)
 }
 
-/// Writes panels in a grid of two columns, each `(title, lines, y range)`, with a caption below.
-pub fn grid(
-    path: &Path,
-    panels: &[(&str, Vec<Series>, Option<(f64, f64)>)],
-    caption: &str,
-) -> Result<()> {
-    let drawn: Vec<Canvas> = panels.iter().map(|(t, s, r)| panel(t, s, *r)).collect();
+/// One panel of [`grid`].
+pub struct Panel<'a> {
+    /// Title drawn above the frame.
+    pub title: &'a str,
+    /// The lines.
+    pub series: Vec<Series>,
+    /// Fixed y range, or `None` to fit the points.
+    pub y_range: Option<(f64, f64)>,
+}
+
+/// Writes panels in a grid of two columns, with a caption below.
+pub fn grid(path: &Path, panels: &[Panel], caption: &str) -> Result<()> {
+    let drawn: Vec<Canvas> = panels
+        .iter()
+        .map(|p| panel(p.title, &p.series, p.y_range))
+        .collect();
     let (pw, ph) = drawn.first().map_or((640, 260), |p| (p.w, p.h));
     let rows = drawn.len().div_ceil(2);
     let mut c = Canvas::new(2 * pw, rows * ph + 24, [255, 255, 255]);

@@ -1,6 +1,8 @@
 //! `ffn demo` end to end on the shipped FIB-25 data and models (a reduced configuration), and
 //! `ffn bench learn` over a small training run: rows per checkpoint, the reference, the cache.
 
+mod dist_support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -110,71 +112,24 @@ fn demo_trains_and_segments_a_held_out_fib25_box_with_both_shipped_models() {
 
 /// A small synthetic training run with a checkpoint every 4 steps; returns (run dir, volume file).
 fn small_run(dir: &Path) -> (String, String) {
-    let h5 = dir.join("s.h5").display().to_string();
-    let coords = dir.join("t.coords").display().to_string();
     let run = dir.join("run").display().to_string();
-    ok(&[
-        "synth",
-        "--out",
-        &h5,
-        "--shape",
-        "40,40,40",
-        "--neurites",
-        "12",
-        "--seed",
-        "3",
-    ]);
-    ok(&[
-        "partitions",
-        "--labels",
-        &format!("{h5}:labels"),
-        "--out",
-        &format!("{h5}:af"),
-        "--lom-radius",
-        "5",
-        "--min-size",
-        "200",
-    ]);
-    ok(&[
-        "coordinates",
-        "--partitions",
-        &format!("s:{h5}:af"),
-        "--out",
-        &coords,
-        "--margin",
-        "5",
-    ]);
-    ok(&[
-        "train",
-        "--image",
-        &format!("s:{h5}:image"),
-        "--labels",
-        &format!("s:{h5}:labels"),
-        "--coords",
-        &coords,
-        "--out",
-        &run,
-        "--depth",
-        "2",
-        "--features",
-        "4",
-        "--fov",
-        "7,7,7",
-        "--deltas",
-        "2,2,2",
-        "--max-steps",
-        "8",
-        "--checkpoint-every",
-        "4",
-        "--keep-checkpoints",
-        "0",
-        "--report-every",
-        "2",
-        "--quiet",
-        "--optimizer",
-        "adam",
-    ]);
-    (run, h5)
+    let common = dist_support::set(&dist_support::prepare(dir), "--optimizer", "adam");
+    let args = dist_support::with(
+        &common,
+        &[
+            "--out",
+            &run,
+            "--max-steps",
+            "8",
+            "--checkpoint-every",
+            "4",
+            "--keep-checkpoints",
+            "0",
+        ],
+    );
+    let cmd = dist_support::ffn(&args);
+    dist_support::ok(&dist_support::run(cmd, dist_support::LIMIT), "ffn train");
+    (run, dir.join("s.h5").display().to_string())
 }
 
 #[test]
@@ -193,9 +148,9 @@ fn bench_learn_scores_every_checkpoint_and_the_reference_once() {
         "--labels",
         &format!("{h5}:labels"),
         "--offset",
-        "5,5,5",
+        "2,2,2",
         "--size",
-        "30,30,30",
+        "26,26,26",
         "--reference",
         &reference,
         "--min-segment-size",

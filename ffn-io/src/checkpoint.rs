@@ -585,6 +585,7 @@ pub fn inspect_checkpoint(path: &Path) -> Result<CheckpointListing, IoError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load_any_model;
 
     fn sample(depth: usize, step: u64) -> Checkpoint {
         let model = ModelConfig {

@@ -93,7 +93,7 @@ fn fib25_model_maps_onto_model_spec_order() {
     let max = params.iter().fold(0f32, |m, p| m.max(p.abs()));
     assert!(max > 0.05, "max |w| = {max}");
     // The same through load_any_model.
-    let (cfg2, params2) = ffn_io::checkpoint::load_any_model(&prefix).unwrap();
+    let (cfg2, params2) = ffn_io::load_any_model(&prefix).unwrap();
     assert_eq!((cfg2, params2), (cfg, params));
 }
 

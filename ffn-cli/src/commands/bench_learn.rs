@@ -392,17 +392,22 @@ fn curve(path: &Path, rows: &Rows) -> Result<()> {
     let vi = |r: &Row| r.voi_split + r.voi_merge;
     let examples = |r: &Row| r.examples as f64;
     let cpu = |r: &Row| r.cpu_hours;
+    let p = |title, series, y_range| plot::Panel {
+        title,
+        series,
+        y_range,
+    };
     plot::grid(
         path,
         &[
-            (
+            p(
                 "ARAND vs examples",
                 series(examples, arand),
                 Some((0.0, 1.0)),
             ),
-            ("ARAND vs CPU-hours", series(cpu, arand), Some((0.0, 1.0))),
-            ("VI vs examples", series(examples, vi), None),
-            ("VI vs CPU-hours", series(cpu, vi), None),
+            p("ARAND vs CPU-hours", series(cpu, arand), Some((0.0, 1.0))),
+            p("VI vs examples", series(examples, vi), None),
+            p("VI vs CPU-hours", series(cpu, vi), None),
         ],
         "red: ffn-rs checkpoints, blue: reference model, green: published segmentation",
     )

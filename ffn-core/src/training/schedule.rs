@@ -106,7 +106,10 @@ mod tests {
             warmup_steps: 4,
         };
         assert_eq!([w.at(0), w.at(1), w.at(3), w.at(4)], [0.1, 0.2, 0.4, 0.4]);
-        assert!(LrSchedule::constant(0.0).validate().is_err());
+        // 0 runs the loop without learning (an evaluation); negative or NaN rates are errors.
+        assert!(LrSchedule::constant(0.0).validate().is_ok());
+        assert!(LrSchedule::constant(-1e-3).validate().is_err());
+        assert!(LrSchedule::constant(f32::NAN).validate().is_err());
         assert!(
             LrSchedule {
                 decay: Some(Decay {
