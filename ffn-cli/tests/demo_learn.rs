@@ -81,7 +81,23 @@ fn demo_trains_and_segments_a_held_out_fib25_box_with_both_shipped_models() {
     assert!(google[1] < 20.0 && google[4] < 0.3, "{google:?}:\n{stdout}");
     // The live reference run of the same model as the ffn-rs row gives the same scores.
     assert_eq!(row("ffn-rs model"), row("reference model"), "{stdout}");
-    assert!(out.join("overlay.png").exists());
+    // The overlay's first panel is the box's middle slice of the image (zoom 3): z = 170 + 20.
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(out.join("overlay.png")).unwrap(),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut px = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut px).unwrap();
+    let image =
+        ffn_io::read_image_u8(&ffn_io::VolumeSpec::new(out.join("fib25.h5"), "image")).unwrap();
+    for (x, y) in [(0usize, 0usize), (17, 5), (39, 39)] {
+        let at = (3 * y * info.width as usize + 3 * x) * 3;
+        assert_eq!(
+            px[at],
+            image[[190, 40 + y, 150 + x]],
+            "overlay grey at box x,y = {x},{y}"
+        );
+    }
     assert!(out.join("train/train_log.csv").exists());
     let seg =
         ffn_io::read_labels(&ffn_io::VolumeSpec::new(out.join("fib25.h5"), "seg_ffn_rs")).unwrap();

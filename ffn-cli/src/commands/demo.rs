@@ -259,10 +259,7 @@ pub fn run(args: Args) -> Result<()> {
     println!("[5/5] evaluation");
     let z = shape[0] / 2;
     let plane = shape[1] * shape[2];
-    let grey: Vec<u8> = held.raw[z * plane..(z + 1) * plane]
-        .iter()
-        .map(|&v| v as u8)
-        .collect();
+    let grey = held.box_slice(z);
     let mut panels: Vec<&[u64]> = vec![&held.truth[z * plane..(z + 1) * plane]];
     for (_, r) in &runs {
         panels.push(&r.segmentation[z * plane..(z + 1) * plane]);
@@ -304,8 +301,13 @@ pub fn run(args: Args) -> Result<()> {
     }
     println!("outputs:");
     println!(
-        "  volumes        {} (image, labels, train_*, seg_ffn_rs, seg_reference_model)",
-        data.display()
+        "  volumes        {} (image, labels, train_*, seg_ffn_rs{})",
+        data.display(),
+        if args.reference_model.is_some() {
+            ", seg_reference_model"
+        } else {
+            ""
+        }
     );
     println!("  training log   {}", summary.log.display());
     println!("  training curve {}", summary.curve.display());

@@ -152,6 +152,19 @@ impl HeldOut {
         })
     }
 
+    /// The raw image of the box's slice `z` (z within the box), as 8-bit grey values, `[y][x]`.
+    pub fn box_slice(&self, z: usize) -> Vec<u8> {
+        let [_, cy, cx] = self.context_shape;
+        let [oz, oy, ox] = self.box_in_context;
+        let [_, by, bx] = self.shape;
+        let mut out = Vec::with_capacity(by * bx);
+        for y in oy..oy + by {
+            let row = ((oz + z) * cy + y) * cx;
+            out.extend(self.raw[row + ox..row + ox + bx].iter().map(|&v| v as u8));
+        }
+        out
+    }
+
     /// The box's voxels of a context-region volume.
     fn crop_to_box(&self, context: &[u64]) -> Vec<u64> {
         let [cz, cy, cx] = self.context_shape;
@@ -209,6 +222,15 @@ mod tests {
                 idx(2, 3, 3),
                 idx(2, 3, 4)
             ]
+        );
+        // The grey slice comes from the box too (raw values 0..120 as u8).
+        let h = HeldOut {
+            raw: (0..120).map(|v| v as f32).collect(),
+            ..h
+        };
+        assert_eq!(
+            h.box_slice(1),
+            [idx(2, 2, 3), idx(2, 2, 4), idx(2, 3, 3), idx(2, 3, 4)].map(|v| v as u8)
         );
         let s = h.score(vec![1, 1, 2, 2, 0, 0, 0, 0]).unwrap();
         assert_eq!(s.segments, 2);
