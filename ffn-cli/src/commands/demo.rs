@@ -198,6 +198,7 @@ pub fn run(args: Args) -> Result<()> {
     let train_dir = out.join("train");
     let summary = train::train(&train::Args::from_strings(&short_run_args(
         &args,
+        (fov, deltas),
         &data,
         &coords_path,
         &train_dir,
@@ -324,13 +325,15 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The `ffn train` arguments of the short run.
-fn short_run_args(args: &Args, data: &Path, coords: &Path, out: &Path) -> Vec<String> {
+/// The `ffn train` arguments of the short run; `fov` and `deltas` (z,y,x) as parsed from `args`.
+fn short_run_args(
+    args: &Args,
+    (fov, deltas): ([usize; 3], [usize; 3]),
+    data: &Path,
+    coords: &Path,
+    out: &Path,
+) -> Vec<String> {
     let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
-    let (fov, deltas) = (
-        parse_xyz(&args.fov).unwrap_or([0; 3]),
-        parse_xyz(&args.deltas).unwrap_or([0; 3]),
-    );
     [
         "--image",
         &format!("train:{}:train_image", data.display()),
