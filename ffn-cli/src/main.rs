@@ -4,10 +4,6 @@
 //! their context chain) and the process exits with status 1; panics are not used for user errors.
 
 mod commands;
-mod cpu_time;
-mod distributed;
-mod optimizers;
-mod plot;
 mod threads;
 
 use clap::Parser;

@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod conformance;
+pub mod data_parallel;
 pub mod env;
 mod error;
 pub mod local;

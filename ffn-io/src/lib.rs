@@ -10,15 +10,18 @@
 pub mod checkpoint;
 pub mod config;
 pub mod coords;
+pub mod cpu_time;
 pub mod crc32c;
 pub mod error;
 pub mod labels;
 pub mod model;
+pub mod plot;
 pub mod precomputed;
 pub mod request;
 pub mod stack;
 pub mod tf_bundle;
 pub mod tile_store;
+pub mod training;
 pub mod volume;
 
 pub use checkpoint::{Checkpoint, load_checkpoint, save_checkpoint};

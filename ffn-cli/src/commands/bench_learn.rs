@@ -17,7 +17,7 @@ use ffn_io::VolumeSpec;
 use ffn_io::checkpoint::{list_checkpoints, load_checkpoint};
 
 use super::heldout::{HeldOut, Scored, context_region};
-use crate::plot;
+use ffn_io::plot;
 
 /// Arguments of `ffn bench learn`.
 #[derive(clap::Args, Debug)]

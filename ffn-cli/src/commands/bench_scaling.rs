@@ -30,7 +30,8 @@ use ffn_core::training::step::{StepBuffers, StepOptions};
 use ffn_core::training::trainer::{Trainer, TrainerConfig, TrainingVolume};
 use serde_json::{Value, json};
 
-use crate::distributed::{Dist, DistArgs, LrScalingArg};
+use ffn_comm::data_parallel::{DataParallel, DataParallelOptions};
+use ffn_core::training::distributed::LrScaling;
 
 /// Marker of the result line a worker prints.
 const RESULT: &str = "ffn-bench-scaling-result ";
@@ -97,18 +98,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn dist_args(a: &Args) -> DistArgs {
-    DistArgs {
-        comm: Some(a.backend),
-        ranks: 1,
-        lr_scaling: LrScalingArg::None,
+fn dist_args(a: &Args) -> DataParallelOptions {
+    DataParallelOptions {
+        lr_scaling: LrScaling::None,
         lr_scaling_warmup: 0,
         bucket_kib: a.bucket_kib,
-        no_overlap: a.no_overlap,
+        overlap: !a.no_overlap,
         checksum_every: 0,
         timeline: None,
         timeline_steps: 0,
         comm_timeout: Some(a.comm_timeout),
+        ..DataParallelOptions::over(a.backend, 1)
     }
 }
 
@@ -127,7 +127,7 @@ pub fn run(a: Args) -> Result<()> {
     cfg.validate()
         .map_err(|e| anyhow::anyhow!("bench scaling: {e}"))?;
     if a.worker {
-        let dist = Dist::connect(&dist_args(&a), {
+        let dist = DataParallel::connect(&dist_args(&a), {
             let backend = a.backend;
             let opts = ffn_comm::CommOptions::from_env()?;
             Box::new(move || ffn_comm::connect(backend, &opts))
@@ -183,9 +183,9 @@ fn measure(a: &Args, cfg: &ModelConfig, n: usize) -> Result<Value> {
                             .build()?;
                         pool.install(|| {
                             let dist = if n == 1 {
-                                Dist::single_measured(&dist_args(a))
+                                DataParallel::single_measured(&dist_args(a))
                             } else {
-                                Dist::connect(
+                                DataParallel::connect(
                                     &dist_args(a),
                                     Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>)),
                                 )?
@@ -283,7 +283,7 @@ fn measure(a: &Args, cfg: &ModelConfig, n: usize) -> Result<Value> {
 
 /// Trains `a.warmup + a.steps` steps on synthetic examples as one rank; rank 0 returns the medians
 /// (and, with more than one rank, the fitted allreduce cost).
-fn worker(a: &Args, cfg: &ModelConfig, dist: &Dist) -> Result<Option<Value>> {
+fn worker(a: &Args, cfg: &ModelConfig, dist: &DataParallel) -> Result<Option<Value>> {
     let ex = ExampleConfig::new(cfg.fov, cfg.deltas);
     let patch = ex.patch_shape();
     let shape = patch.map(|p| p + 6);
@@ -329,8 +329,9 @@ fn worker(a: &Args, cfg: &ModelConfig, dist: &Dist) -> Result<Option<Value>> {
             phases.push(dist.last_phases());
         }
     }
-    let med =
-        |f: fn(&crate::distributed::step::Phases) -> f64| median(phases.iter().map(f).collect());
+    let med = |f: fn(&ffn_comm::data_parallel::step::Phases) -> f64| {
+        median(phases.iter().map(f).collect())
+    };
     let comm_model = if dist.size() > 1 {
         Some(fit_allreduce(dist)?)
     } else {
@@ -357,7 +358,7 @@ fn worker(a: &Args, cfg: &ModelConfig, dist: &Dist) -> Result<Option<Value>> {
 }
 
 /// Times allreduces of several sizes and fits `t = a + b * bytes` (least squares on medians).
-fn fit_allreduce(dist: &Dist) -> Result<Value> {
+fn fit_allreduce(dist: &DataParallel) -> Result<Value> {
     let sizes = [1usize, 256, 4096, 65536, 262_144, 1 << 20];
     let mut points = Vec::new();
     for &floats in &sizes {

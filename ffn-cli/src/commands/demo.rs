@@ -17,17 +17,19 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
+use ffn_comm::data_parallel::DataParallelOptions;
+use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::ConvStack3d;
 use ffn_core::training::coordinates::{CoordinateConfig, build_coordinates};
 use ffn_core::training::partitions::{PartitionConfig, compute_partitions};
 use ffn_io::VolumeSpec;
 use ffn_io::coords::{CoordinateFile, write_coords};
+use ffn_io::training::{OptimizerKind, TrainOptions};
 use ndarray::s;
 
 use super::heldout::{HeldOut, Scored, context_region};
 use super::partitions::parse_xyz;
-use super::train;
-use crate::plot;
+use ffn_io::plot;
 
 /// Arguments of `ffn demo`.
 #[derive(clap::Args, Debug)]
@@ -196,13 +198,12 @@ pub fn run(args: Args) -> Result<()> {
         args.train_minutes, args.depth, args.features, args.fov, args.deltas, args.learning_rate
     );
     let train_dir = out.join("train");
-    let summary = train::train(&train::Args::from_strings(&short_run_args(
-        &args,
-        (fov, deltas),
-        &data,
-        &coords_path,
-        &train_dir,
-    ))?)?;
+    let options = short_run_options(&args, (fov, deltas), &data, &coords_path, &train_dir);
+    let summary = ffn_io::training::train(&options, &DataParallelOptions::default(), |_, step| {
+        if let Some(row) = &step.row {
+            eprintln!("{}", row.csv());
+        }
+    })?;
 
     // 4. The held-out box, segmented by the shipped models.
     println!("[4/5] segmenting the held-out box");
@@ -325,58 +326,48 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The `ffn train` arguments of the short run; `fov` and `deltas` (z,y,x) as parsed from `args`.
-fn short_run_args(
+/// The short training run of step 3: fresh weights, Adam, fixed normalisation 128 / 33, rows
+/// every 25 steps, one checkpoint at the end.
+fn short_run_options(
     args: &Args,
     (fov, deltas): ([usize; 3], [usize; 3]),
     data: &Path,
     coords: &Path,
     out: &Path,
-) -> Vec<String> {
-    let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
-    [
-        "--image",
-        &format!("train:{}:train_image", data.display()),
-        "--labels",
-        &format!("train:{}:train_labels", data.display()),
-        "--coords",
-        &coords.display().to_string(),
-        "--out",
-        &out.display().to_string(),
-        "--image-mean",
-        "128",
-        "--image-stddev",
-        "33",
-        "--depth",
-        &args.depth.to_string(),
-        "--features",
-        &args.features.to_string(),
-        "--fov",
-        &xyz(fov),
-        "--deltas",
-        &xyz(deltas),
-        "--batch-size",
-        &args.batch_size.to_string(),
-        "--optimizer",
-        "adam",
-        "--learning-rate",
-        &args.learning_rate.to_string(),
-        "--seed",
-        &args.seed.to_string(),
-        "--max-steps",
-        &args.max_steps.to_string(),
-        "--max-seconds",
-        &((args.train_minutes * 60.0).round() as u64)
-            .max(1)
-            .to_string(),
-        "--report-every",
-        "25",
-        "--checkpoint-every",
-        "0",
-        "--checkpoint-secs",
-        "0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+) -> TrainOptions {
+    let spec = |ds: &str| {
+        (
+            "train".to_string(),
+            VolumeSpec {
+                path: data.to_path_buf(),
+                dataset: ds.to_string(),
+            },
+        )
+    };
+    let model = ModelConfig {
+        depth: args.depth,
+        features: args.features,
+        fov,
+        deltas,
+    };
+    TrainOptions {
+        image_mean: Some(vec![128.0]),
+        image_stddev: Some(vec![33.0]),
+        batch_size: args.batch_size,
+        optimizer: OptimizerKind::Adam,
+        learning_rate: args.learning_rate,
+        seed: args.seed,
+        max_steps: args.max_steps,
+        max_seconds: ((args.train_minutes * 60.0).round() as u64).max(1),
+        report_every: 25,
+        checkpoint_every: 0,
+        checkpoint_secs: 0,
+        ..TrainOptions::new(
+            vec![spec("train_image")],
+            vec![spec("train_labels")],
+            coords,
+            out,
+            model,
+        )
+    }
 }

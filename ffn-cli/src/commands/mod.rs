@@ -8,6 +8,7 @@ mod comm_selftest;
 mod consensus;
 pub mod coordinates;
 pub mod demo;
+mod dist_args;
 mod eval;
 pub mod export;
 mod heldout;

@@ -1,11 +1,11 @@
 //! Model, optimiser and example state across ranks:
 //!
-//! - [`Dist::broadcast_initial`]: rank 0's parameters and optimiser state to every rank before
+//! - [`DataParallel::broadcast_initial`]: rank 0's parameters and optimiser state to every rank before
 //!   step 1 (and a check that all ranks start at the same step);
-//! - [`Dist::gather_trainer_states`]: every rank's example state into rank 0's checkpoint, as
+//! - [`DataParallel::gather_trainer_states`]: every rank's example state into rank 0's checkpoint, as
 //!   buffers `trainer_state` (rank 0, the single-rank name) and `trainer_state.rankR`, with
 //!   `training_config.distributed = {world_size, trainer_state_bytes, examples_started}`;
-//! - [`Dist::restore_trainer`]: `--resume` on the same number of ranks restores each rank's own
+//! - [`DataParallel::restore_trainer`]: `--resume` on the same number of ranks restores each rank's own
 //!   state (exact continuation); on another number it restarts the examples at the step, after the
 //!   coordinates all old ranks had reached (parameters and optimiser state are restored either way).
 
@@ -16,7 +16,7 @@ use ffn_core::network::ConvStack3d;
 use ffn_core::training::trainer::Trainer;
 use serde_json::{Value, json};
 
-use super::Dist;
+use super::DataParallel;
 use ffn_core::optim::Optimizer;
 
 /// Prefix of the checkpoint buffers that hold ranks 1.. example states.
@@ -102,7 +102,7 @@ fn decode_buffers(b: &[u8]) -> Result<Vec<(String, Vec<f32>)>> {
     Ok(out)
 }
 
-impl Dist {
+impl DataParallel {
     /// Copies rank 0's parameters and optimiser state to every rank, after checking that every
     /// rank is at the same `step` (a rank that resumed from another checkpoint is an error).
     pub fn broadcast_initial(

@@ -11,8 +11,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use crate::{CommError, Communicator};
 use anyhow::{Result, anyhow};
-use ffn_comm::{CommError, Communicator};
 
 /// Creates the communicator on the communication thread.
 pub type Factory = Box<dyn FnOnce() -> Result<Box<dyn Communicator>, CommError> + Send>;
@@ -234,7 +234,7 @@ fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ffn_comm::local::LocalComm;
+    use crate::local::LocalComm;
 
     #[test]
     fn collectives_run_in_order_and_a_lost_peer_is_an_error() {

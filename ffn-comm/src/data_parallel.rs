@@ -1,7 +1,7 @@
 //! Synchronous data-parallel training for `ffn train --comm local|shm|mpi|zmq`.
 //!
 //! Every rank runs the ordinary training loop on its own examples (coordinates strided by rank,
-//! generator RNG streams numbered across ranks) through a [`Dist`] handle that:
+//! generator RNG streams numbered across ranks) through a [`DataParallel`] handle that:
 //!
 //! - checks before anything else that all ranks run the same configuration (a fingerprint, then a
 //!   field-by-field comparison that names what differs) — [`consistency`];
@@ -27,8 +27,8 @@ use std::cell::RefCell;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::{Backend, CommOptions, Communicator};
 use anyhow::{Context, Result, anyhow, bail};
-use ffn_comm::{Backend, CommOptions, Communicator};
 use ffn_core::network::ConvStack3d;
 use ffn_core::training::distributed::{BucketPlan, LrScaling, RankScaling};
 use ffn_core::training::trainer::TrainerConfig;
@@ -36,77 +36,43 @@ use ffn_core::training::trainer::TrainerConfig;
 use comm_thread::CommThread;
 use timeline::Timeline;
 
-/// `--lr-scaling` values.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LrScalingArg {
-    /// Same learning rate on any number of ranks.
-    None,
-    /// Learning rate x ranks (the seed paper).
-    Linear,
-    /// Learning rate x sqrt(ranks).
-    Sqrt,
-}
-
-impl From<LrScalingArg> for LrScaling {
-    fn from(a: LrScalingArg) -> Self {
-        match a {
-            LrScalingArg::None => LrScaling::None,
-            LrScalingArg::Linear => LrScaling::Linear,
-            LrScalingArg::Sqrt => LrScaling::Sqrt,
-        }
-    }
-}
-
-fn parse_backend(s: &str) -> std::result::Result<Backend, String> {
-    s.parse::<Backend>().map_err(|e| e.to_string())
-}
-
-/// Data-parallel options of `ffn train`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct DistArgs {
-    /// Data-parallel training over this communicator: local (threads of this process, --ranks N),
-    /// shm or zmq (processes started by `ffn launch -n N -- train ...`), mpi (under mpirun; detected
-    /// without this flag).
-    #[arg(long, value_name = "BACKEND", value_parser = parse_backend)]
-    pub comm: Option<Backend>,
-    /// Ranks (threads) of `--comm local`.
-    #[arg(long, default_value_t = 1)]
+/// Options of data-parallel training (the `ffn train` flags `--comm`, `--ranks`, `--lr-scaling`,
+/// ... map one to one onto these fields).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DataParallelOptions {
+    /// The communicator: `Local` (threads of this process, [`Self::ranks`] of them), `Shm` or
+    /// `Zmq` (processes started by `ffn launch`), `Mpi` (under mpirun; detected when `None`).
+    /// `None` outside a launcher: a group of one.
+    pub backend: Option<Backend>,
+    /// Ranks (threads) of the local backend.
     pub ranks: usize,
-    /// Learning rate scaling with the number of ranks.
-    #[arg(long, value_enum, default_value_t = LrScalingArg::Linear)]
-    pub lr_scaling: LrScalingArg,
+    /// Learning-rate scaling with the number of ranks.
+    pub lr_scaling: LrScaling,
     /// Steps over which the rank scaling ramps linearly from the base rate to the scaled rate.
-    #[arg(long, default_value_t = 2000)]
     pub lr_scaling_warmup: u64,
     /// Minimum size of a fused allreduce bucket in KiB (0: one bucket per layer).
-    #[arg(long, default_value_t = 256)]
     pub bucket_kib: usize,
-    /// Reduce all gradients after backward instead of overlapping with it.
-    #[arg(long)]
-    pub no_overlap: bool,
+    /// Start each bucket's allreduce while backward still runs (false: after backward).
+    pub overlap: bool,
     /// Compare parameter checksums across ranks every N steps and at the end (0: only at the end).
-    #[arg(long, default_value_t = 100)]
     pub checksum_every: u64,
-    /// Write a Chrome-trace timeline (chrome://tracing, Perfetto) of the first steps to this file.
-    #[arg(long, value_name = "TRACE_JSON")]
+    /// Write a Chrome-trace timeline of the first steps to this file.
     pub timeline: Option<PathBuf>,
     /// Steps recorded in the timeline.
-    #[arg(long, default_value_t = 50)]
     pub timeline_steps: u64,
     /// Seconds before a dead or stalled peer is an error (default: FFN_COMM_TIMEOUT or 60).
-    #[arg(long, value_name = "SECONDS")]
     pub comm_timeout: Option<f64>,
 }
 
-impl Default for DistArgs {
+impl Default for DataParallelOptions {
     fn default() -> Self {
         Self {
-            comm: None,
+            backend: None,
             ranks: 1,
-            lr_scaling: LrScalingArg::Linear,
+            lr_scaling: LrScaling::Linear,
             lr_scaling_warmup: 2000,
             bucket_kib: 256,
-            no_overlap: false,
+            overlap: true,
             checksum_every: 100,
             timeline: None,
             timeline_steps: 50,
@@ -115,15 +81,40 @@ impl Default for DistArgs {
     }
 }
 
+impl DataParallelOptions {
+    /// The options of a job over `backend` (with `ranks` threads for the local backend; process
+    /// backends take their size from the launcher), the rest at their defaults.
+    pub fn over(backend: Backend, ranks: usize) -> Self {
+        Self {
+            backend: Some(backend),
+            ranks: if backend == Backend::Local { ranks } else { 1 },
+            ..Self::default()
+        }
+    }
+
+    /// The settings that must agree across ranks, as JSON (part of the configuration check).
+    pub fn settings(&self) -> serde_json::Value {
+        serde_json::json!({
+            "lr_scaling": self.lr_scaling.name(),
+            "lr_scaling_warmup": self.lr_scaling_warmup,
+            "bucket_kib": self.bucket_kib,
+            "overlap": self.overlap,
+            "checksum_every": self.checksum_every,
+            "timeline": self.timeline.is_some(),
+            "timeline_steps": self.timeline_steps,
+        })
+    }
+}
+
 /// The launcher variables that say a process runs under `mpirun` / an MPI process manager.
 const MPI_ENV: [&str; 2] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"];
 
 /// The backend to use: `--comm`, or MPI when started by mpirun, or none.
 pub fn select_backend(
-    args: &DistArgs,
+    args: &DataParallelOptions,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<Backend>> {
-    if let Some(b) = args.comm {
+    if let Some(b) = args.backend {
         if b != Backend::Local && args.ranks != 1 {
             bail!(
                 "--ranks {} is only for --comm local; start {} ranks with `ffn launch -n N -- train ...` or mpirun -n N",
@@ -148,7 +139,7 @@ pub fn select_backend(
 }
 
 /// Whether this process prints the run's summary: rank 0, or a process outside any job.
-pub fn is_root_process(args: &DistArgs) -> bool {
+pub fn is_root_process(args: &DataParallelOptions) -> bool {
     let env = |k: &str| std::env::var(k).ok();
     match select_backend(args, env) {
         Ok(Some(b)) if b != Backend::Local => {
@@ -157,7 +148,7 @@ pub fn is_root_process(args: &DistArgs) -> bool {
                     .iter()
                     .find_map(|v| env(v))
             } else {
-                ffn_comm::WorldInfo::from_env()
+                crate::WorldInfo::from_env()
                     .ok()
                     .map(|w| w.rank.to_string())
             };
@@ -167,7 +158,7 @@ pub fn is_root_process(args: &DistArgs) -> bool {
     }
 }
 
-fn comm_options(args: &DistArgs) -> Result<CommOptions> {
+fn comm_options(args: &DataParallelOptions) -> Result<CommOptions> {
     let mut o = CommOptions::from_env().context("communicator options from the environment")?;
     if let Some(t) = args.comm_timeout {
         if !(t.is_finite() && t > 0.0 && t < 1e9) {
@@ -183,17 +174,20 @@ fn comm_options(args: &DistArgs) -> Result<CommOptions> {
 /// only rank for process backends, whose other processes return their own). With `--comm local
 /// --ranks N` the ranks are N threads; when one fails, the others stop at their next collective
 /// and the errors are reported together.
-pub fn run<T: Send>(args: &DistArgs, body: impl Fn(&Dist) -> Result<T> + Sync) -> Result<T> {
+pub fn run<T: Send>(
+    args: &DataParallelOptions,
+    body: impl Fn(&DataParallel) -> Result<T> + Sync,
+) -> Result<T> {
     let Some(backend) = select_backend(args, |k| std::env::var(k).ok())? else {
-        let dist = Dist::single(args);
+        let dist = DataParallel::single(args);
         let out = body(&dist)?;
         dist.finish()?;
         return Ok(out);
     };
     let opts = comm_options(args)?;
     if backend != Backend::Local {
-        let factory: comm_thread::Factory = Box::new(move || ffn_comm::connect(backend, &opts));
-        let dist = Dist::connect(args, factory)?;
+        let factory: comm_thread::Factory = Box::new(move || crate::connect(backend, &opts));
+        let dist = DataParallel::connect(args, factory)?;
         let out = body(&dist)?;
         dist.finish()?;
         return Ok(out);
@@ -201,7 +195,7 @@ pub fn run<T: Send>(args: &DistArgs, body: impl Fn(&Dist) -> Result<T> + Sync) -
     if args.ranks == 0 || args.ranks > 1024 {
         bail!("--ranks {}: expected 1..=1024", args.ranks);
     }
-    let group = ffn_comm::local::LocalComm::group_with(args.ranks, opts).context("--comm local")?;
+    let group = crate::local::LocalComm::group_with(args.ranks, opts).context("--comm local")?;
     let body = &body;
     let results: Vec<Result<T>> = std::thread::scope(|s| {
         let handles: Vec<_> = group
@@ -211,7 +205,7 @@ pub fn run<T: Send>(args: &DistArgs, body: impl Fn(&Dist) -> Result<T> + Sync) -
                 std::thread::Builder::new()
                     .name(format!("ffn-rank-{rank}"))
                     .spawn_scoped(s, move || -> Result<T> {
-                        let dist = Dist::connect(
+                        let dist = DataParallel::connect(
                             args,
                             Box::new(move || Ok(Box::new(comm) as Box<dyn Communicator>)),
                         )?;
@@ -244,8 +238,8 @@ pub fn run<T: Send>(args: &DistArgs, body: impl Fn(&Dist) -> Result<T> + Sync) -
 
 /// One rank's view of a data-parallel job (a group of one without `--comm`). All methods take
 /// `&self`, so closures of the training loop can share it.
-pub struct Dist {
-    args: DistArgs,
+pub struct DataParallel {
+    args: DataParallelOptions,
     comm: Option<CommThread>,
     rank: usize,
     size: usize,
@@ -267,11 +261,11 @@ struct TimelineState {
     written: bool,
 }
 
-impl Dist {
-    fn new(args: &DistArgs, comm: Option<CommThread>) -> Self {
+impl DataParallel {
+    fn new(args: &DataParallelOptions, comm: Option<CommThread>) -> Self {
         let (rank, size) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.size()));
         let scaling = RankScaling {
-            mode: args.lr_scaling.into(),
+            mode: args.lr_scaling,
             ranks: size,
             warmup_steps: args.lr_scaling_warmup,
         };
@@ -295,13 +289,13 @@ impl Dist {
     }
 
     /// A group of one without a communicator.
-    pub fn single(args: &DistArgs) -> Self {
+    pub fn single(args: &DataParallelOptions) -> Self {
         Self::new(args, None)
     }
 
-    /// A group of one that still measures its phases ([`Dist::last_phases`]): the baseline of
+    /// A group of one that still measures its phases ([`DataParallel::last_phases`]): the baseline of
     /// scaling benchmarks, with the compute of the plain step and no communication.
-    pub fn single_measured(args: &DistArgs) -> Self {
+    pub fn single_measured(args: &DataParallelOptions) -> Self {
         Self {
             instrument: true,
             ..Self::new(args, None)
@@ -309,7 +303,7 @@ impl Dist {
     }
 
     /// Joins a job through a communicator created by `factory` on the communication thread.
-    pub fn connect(args: &DistArgs, factory: comm_thread::Factory) -> Result<Self> {
+    pub fn connect(args: &DataParallelOptions, factory: comm_thread::Factory) -> Result<Self> {
         let comm = CommThread::start(factory)?;
         Ok(Self::new(args, Some(comm)))
     }
@@ -340,7 +334,7 @@ impl Dist {
     }
 
     /// The options.
-    pub fn args(&self) -> &DistArgs {
+    pub fn args(&self) -> &DataParallelOptions {
         &self.args
     }
 
@@ -404,7 +398,7 @@ impl Dist {
     }
 
     /// Element-wise sum over ranks; identity without a communicator.
-    pub(crate) fn sum(&self, buf: Vec<f32>) -> Result<Vec<f32>> {
+    pub fn sum(&self, buf: Vec<f32>) -> Result<Vec<f32>> {
         match &self.comm {
             Some(c) => c.sum(buf),
             None => Ok(buf),
@@ -468,7 +462,7 @@ impl Dist {
             let meta = serde_json::json!({
                 "ranks": self.size,
                 "backend": self.backend().unwrap_or("none"),
-                "overlap": !self.args.no_overlap,
+                "overlap": self.args.overlap,
                 "buckets": plan.as_ref().map(|p| p.buckets().iter().map(|b| [b.start, b.end]).collect::<Vec<_>>()),
             });
             timeline::write_trace(path, &all, meta)?;

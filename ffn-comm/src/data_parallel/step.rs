@@ -25,7 +25,7 @@ use ffn_core::training::step::{NoReduce, StepBuffers, StepOptions, StepReport, t
 use ffn_core::training::trainer::Trainer;
 use serde_json::json;
 
-use super::Dist;
+use super::DataParallel;
 use super::comm_thread::{CommThread, Payload};
 use super::timeline::{COMM, COMPUTE};
 
@@ -112,7 +112,7 @@ fn secs(a: Instant, b: Instant) -> f64 {
     b.saturating_duration_since(a).as_secs_f64()
 }
 
-impl Dist {
+impl DataParallel {
     /// One training step: batch, forward, backward with bucketed gradient averaging, clipping,
     /// optimiser update `apply(params, grads, lr)` with the rank-scaled learning rate, write-back.
     /// Without a communicator (and without a timeline) this is exactly the single-machine
@@ -153,7 +153,7 @@ impl Dist {
             plan: &plan,
             remaining: plan.buckets().iter().map(|b| b.len()).collect(),
             pool: &mut pool,
-            overlap: !self.args().no_overlap,
+            overlap: self.args().overlap,
             next: 0,
             loss: 0.0,
             forward_end: None,
@@ -231,7 +231,7 @@ impl Dist {
         Ok(StepReport { loss, lr })
     }
 
-    /// The phases of the last [`Dist::step`] (zeros for the plain single-machine step).
+    /// The phases of the last [`DataParallel::step`] (zeros for the plain single-machine step).
     pub fn last_phases(&self) -> Phases {
         self.last_phases.get()
     }

@@ -1,38 +1,16 @@
 //! Checks that keep ranks from silently diverging or hanging:
 //!
-//! - [`Dist::check_config`]: before anything else, every rank compares a fingerprint of its whole
+//! - [`DataParallel::check_config`]: before anything else, every rank compares a fingerprint of its whole
 //!   configuration with rank 0's; on a mismatch rank 0's and the first differing rank's
 //!   configurations are exchanged and every rank fails with the same error naming the fields;
-//! - [`Dist::check_weights`]: parameter checksums compared every `--checksum-every` steps and at
+//! - [`DataParallel::check_weights`]: parameter checksums compared every `--checksum-every` steps and at
 //!   the end; a mismatch stops training on every rank, naming the ranks.
 
 use anyhow::{Result, anyhow, bail};
 use ffn_core::training::distributed::{fingerprint, param_checksum};
 use serde_json::{Value, json};
 
-use super::Dist;
-use crate::commands::train::Args;
-
-/// The settings outside the checkpointed configuration that must also agree across ranks (a
-/// different step limit or checkpoint cadence would make the ranks call different collectives).
-pub fn run_settings(args: &Args) -> Value {
-    let d = &args.dist;
-    json!({
-        "max_steps": args.max_steps,
-        "max_seconds": args.max_seconds,
-        "report_every": args.report_every,
-        "checkpoint_every": args.checkpoint_every,
-        "checkpoint_secs": args.checkpoint_secs,
-        "resume": args.resume,
-        "lr_scaling": format!("{:?}", d.lr_scaling),
-        "lr_scaling_warmup": d.lr_scaling_warmup,
-        "bucket_kib": d.bucket_kib,
-        "overlap": !d.no_overlap,
-        "checksum_every": d.checksum_every,
-        "timeline": d.timeline.is_some(),
-        "timeline_steps": d.timeline_steps,
-    })
-}
+use super::DataParallel;
 
 /// Paths (`a.b[2]`) where `a` and `b` differ, with both values.
 pub fn diff_json(a: &Value, b: &Value, path: &str, out: &mut Vec<(String, String, String)>) {
@@ -62,15 +40,22 @@ pub fn diff_json(a: &Value, b: &Value, path: &str, out: &mut Vec<(String, String
     }
 }
 
-impl Dist {
+impl DataParallel {
     /// Checks that every rank runs the same configuration: `config` (the checkpointed training
-    /// configuration) plus [`run_settings`] plus the model size. Collective; an error on every rank
-    /// when any rank differs, naming the fields.
-    pub fn check_config(&self, args: &Args, config: &Value) -> Result<()> {
+    /// configuration), `run` (the settings outside it that must also agree, such as the step limit
+    /// or the checkpoint cadence: a difference would make the ranks call different collectives),
+    /// this group's [`DataParallelOptions::settings`](super::DataParallelOptions::settings) and
+    /// the number of ranks. Collective; an error on every rank when any rank differs, naming the
+    /// fields.
+    pub fn check_config(&self, run: &Value, config: &Value) -> Result<()> {
         if self.comm().is_none() {
             return Ok(());
         }
-        let full = json!({ "config": config, "run": run_settings(args), "ranks": self.size() });
+        let mut run = run.clone();
+        if let (Some(r), Value::Object(d)) = (run.as_object_mut(), self.args().settings()) {
+            r.extend(d);
+        }
+        let full = json!({ "config": config, "run": run, "ranks": self.size() });
         let text = serde_json::to_vec(&full)?;
         let mine = fingerprint(&text);
         let root = self.broadcast(mine.to_le_bytes().to_vec(), 0)?;
@@ -147,15 +132,15 @@ impl Dist {
 
 #[cfg(test)]
 mod tests {
+    use super::super::DataParallelOptions;
     use super::*;
-    use crate::distributed::DistArgs;
-    use ffn_comm::Communicator;
-    use ffn_comm::local::LocalComm;
+    use crate::Communicator;
+    use crate::local::LocalComm;
 
     /// Runs `f(rank, dist)` on `n` local ranks and returns each rank's result as text.
     fn on_ranks(
         n: usize,
-        f: impl Fn(usize, &Dist) -> Result<()> + Sync,
+        f: impl Fn(usize, &DataParallel) -> Result<()> + Sync,
     ) -> Vec<std::result::Result<(), String>> {
         let group = LocalComm::group(n).unwrap();
         let f = &f;
@@ -165,8 +150,8 @@ mod tests {
                 .enumerate()
                 .map(|(r, c)| {
                     s.spawn(move || {
-                        let d = Dist::connect(
-                            &DistArgs::default(),
+                        let d = DataParallel::connect(
+                            &DataParallelOptions::default(),
                             Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>)),
                         )
                         .map_err(|e| e.to_string())?;
@@ -178,21 +163,8 @@ mod tests {
         })
     }
 
-    fn train_args(extra: &[&str]) -> Args {
-        let mut a: Vec<String> = [
-            "--image",
-            "s:a.h5:image",
-            "--labels",
-            "s:a.h5:labels",
-            "--coords",
-            "c",
-            "--out",
-            "o",
-        ]
-        .map(String::from)
-        .to_vec();
-        a.extend(extra.iter().map(|s| s.to_string()));
-        Args::from_strings(&a).unwrap()
+    fn run_settings(max_steps: u64) -> Value {
+        json!({ "max_steps": max_steps, "checkpoint_every": 1000 })
     }
 
     #[test]
@@ -203,8 +175,8 @@ mod tests {
             if r == 2 {
                 c["learning_rate"] = json!("0.002");
             }
-            let steps = if r == 1 { "10" } else { "20" };
-            d.check_config(&train_args(&["--max-steps", steps]), &c)
+            let steps = if r == 1 { 10 } else { 20 };
+            d.check_config(&run_settings(steps), &c)
         });
         for (r, e) in res.iter().enumerate() {
             let e = e.as_ref().expect_err("every rank fails");
@@ -216,7 +188,7 @@ mod tests {
         }
         // The same configuration passes, with checks of the weights.
         let ok = on_ranks(2, |_, d| {
-            d.check_config(&train_args(&[]), &cfg)?;
+            d.check_config(&run_settings(20), &cfg)?;
             d.check_weights(100, &[1.0, 2.0], false)?;
             d.check_weights(7, &[1.0, 2.0], true)
         });
