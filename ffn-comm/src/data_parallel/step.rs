@@ -18,15 +18,15 @@ use std::time::Instant;
 
 use anyhow::{Result, anyhow, bail};
 use ffn_core::network::ConvStack3d;
-use ffn_core::network::grad_hooks::GradHook;
-use ffn_core::optim::clip_by_value;
 use ffn_core::training::distributed::BucketPlan;
-use ffn_core::training::step::{NoReduce, StepBuffers, StepOptions, StepReport, train_step};
+use ffn_core::training::step::{
+    GradientReducer, NoReduce, StepBuffers, StepError, StepOptions, StepReport, train_step,
+};
 use ffn_core::training::trainer::Trainer;
 use serde_json::json;
 
 use super::DataParallel;
-use super::comm_thread::{CommThread, Payload};
+use super::comm_thread::Payload;
 use super::timeline::{COMM, COMPUTE};
 
 /// Where the time of the last step went (seconds).
@@ -48,25 +48,33 @@ pub struct Phases {
     pub total: f64,
 }
 
-/// The backward hook that fills and submits buckets.
-struct Overlap<'a> {
-    comm: Option<&'a CommThread>,
-    plan: &'a BucketPlan,
+/// The [`GradientReducer`] of a data-parallel group for one step: fills the buckets of the
+/// group's [`BucketPlan`] as the backward pass finishes layers and submits each complete bucket's
+/// allreduce to the communication thread (with overlap), then waits for them and divides by the
+/// number of ranks; scales the learning rate with the number of ranks; times the phases of the
+/// step (and records them in the timeline). Made by [`DataParallel::reducer`], used by
+/// [`train_step`] for one step.
+pub struct BucketReducer<'a> {
+    group: &'a DataParallel,
+    plan: BucketPlan,
     remaining: Vec<usize>,
-    pool: &'a mut [Vec<f32>],
-    overlap: bool,
+    pool: Vec<Vec<f32>>,
     next: usize,
     loss: f32,
-    forward_end: Option<Instant>,
     error: Option<anyhow::Error>,
+    /// Start, batch prepared, forward done, backward done, reduction done.
+    times: [Option<Instant>; 5],
+    spans: Vec<(usize, Instant, Instant, usize)>,
 }
 
-impl Overlap<'_> {
+impl BucketReducer<'_> {
     fn submit_ready(&mut self) {
         while self.next < self.remaining.len() && self.remaining[self.next] == 0 {
             let b = self.next;
             self.next += 1;
-            let Some(comm) = self.comm else { continue };
+            let Some(comm) = self.group.comm() else {
+                continue;
+            };
             if b == 0 {
                 self.pool[0][0] = self.loss;
             }
@@ -78,21 +86,66 @@ impl Overlap<'_> {
             }
         }
     }
+
+    /// Waits for every bucket's allreduce and writes the means into `grads` and `loss`.
+    fn collect(&mut self, grads: &mut [f32], loss: &mut f32) -> Result<()> {
+        let Some(comm) = self.group.comm() else {
+            return Ok(());
+        };
+        let ranks = self.group.size() as f32;
+        let n = self.plan.buckets().len();
+        for (b, bucket) in self.plan.buckets().iter().enumerate() {
+            let done = comm.next()?;
+            if done.tag != b {
+                bail!(
+                    "internal: bucket {} came back when {b} was expected",
+                    done.tag
+                );
+            }
+            let buf = match done.result {
+                Ok(Payload::Floats(v)) => v,
+                Ok(Payload::Bytes(_)) => bail!("internal: bytes came back for a bucket"),
+                Err(e) => bail!("gradient allreduce (bucket {b} of {n}): {e}"),
+            };
+            let shift = usize::from(b == 0);
+            if b == 0 {
+                *loss = buf[0] / ranks;
+            }
+            for (g, x) in grads[bucket.clone()].iter_mut().zip(&buf[shift..]) {
+                *g = x / ranks;
+            }
+            self.spans
+                .push((b, done.started, done.finished, buf.len() * 4));
+            self.pool[b] = buf;
+        }
+        Ok(())
+    }
 }
 
-impl GradHook for Overlap<'_> {
-    fn forward_done(&mut self, loss: f32) {
-        self.loss = loss;
-        self.forward_end = Some(Instant::now());
+impl GradientReducer for BucketReducer<'_> {
+    type Error = anyhow::Error;
+
+    fn learning_rate(&self, base: f32, step: u64) -> f32 {
+        self.group.scaling().scale(base, step)
     }
 
-    fn ready(&mut self, range: Range<usize>, values: &[f32]) {
+    fn batch_prepared(&mut self) {
+        self.times[1] = Some(Instant::now());
+    }
+
+    fn forward_done(&mut self, loss: f32) {
+        self.loss = loss;
+        self.times[2] = Some(Instant::now());
+    }
+
+    fn gradient_ready(&mut self, range: Range<usize>, values: &[f32]) {
+        let with_comm = self.group.comm().is_some();
         for (b, bucket) in self.plan.buckets().iter().enumerate() {
             let (lo, hi) = (range.start.max(bucket.start), range.end.min(bucket.end));
             if lo >= hi {
                 continue;
             }
-            if self.comm.is_some() {
+            if with_comm {
                 let at = lo - bucket.start + usize::from(b == 0);
                 let dst = &mut self.pool[b];
                 if dst.len() == bucket.len() + usize::from(b == 0) {
@@ -102,9 +155,47 @@ impl GradHook for Overlap<'_> {
             }
             self.remaining[b] = self.remaining[b].saturating_sub(hi - lo);
         }
-        if self.overlap {
+        if self.group.args().overlap {
             self.submit_ready();
         }
+    }
+
+    fn reduce(&mut self, grads: &mut [f32], loss: &mut f32) -> Result<()> {
+        if self.remaining.iter().any(|&r| r != 0) {
+            bail!("internal: the backward pass did not report every gradient range");
+        }
+        self.submit_ready();
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.times[3] = Some(Instant::now());
+        let collected = self.collect(grads, loss);
+        self.times[4] = Some(Instant::now());
+        collected
+    }
+
+    fn step_done(&mut self, step: u64) -> Result<()> {
+        let end = Instant::now();
+        let at = |i: usize| self.times[i].unwrap_or(end);
+        let t = [at(0), at(1), at(2), at(3), at(4), end];
+        let busy: f64 = self.spans.iter().map(|(_, a, b, _)| secs(*a, *b)).sum();
+        self.group.last_phases.set(Phases {
+            prepare: secs(t[0], t[1]),
+            forward: secs(t[1], t[2]),
+            backward: secs(t[2], t[3]),
+            wait: secs(t[3], t[4]),
+            optimizer: secs(t[4], t[5]),
+            comm_busy: busy,
+            total: secs(t[0], t[5]),
+        });
+        self.group.record_step(step, t, &self.spans)
+    }
+}
+
+impl Drop for BucketReducer<'_> {
+    /// Gives the bucket buffers back to the group for the next step.
+    fn drop(&mut self) {
+        *self.group.pool.borrow_mut() = std::mem::take(&mut self.pool);
     }
 }
 
@@ -113,10 +204,28 @@ fn secs(a: Instant, b: Instant) -> f64 {
 }
 
 impl DataParallel {
-    /// One training step: batch, forward, backward with bucketed gradient averaging, clipping,
-    /// optimiser update `apply(params, grads, lr)` with the rank-scaled learning rate, write-back.
-    /// Without a communicator (and without a timeline) this is exactly the single-machine
-    /// `train_step`.
+    /// The reducer for one step of `net` (see [`BucketReducer`]): pass it to [`train_step`].
+    pub fn reducer(&self, net: &ConvStack3d) -> Result<BucketReducer<'_>> {
+        let plan = self.plan_for(net)?.clone();
+        let pool = std::mem::take(&mut *self.pool.borrow_mut());
+        Ok(BucketReducer {
+            group: self,
+            remaining: plan.buckets().iter().map(|b| b.len()).collect(),
+            plan,
+            pool,
+            next: 0,
+            loss: 0.0,
+            error: None,
+            times: [Some(Instant::now()), None, None, None, None],
+            spans: Vec::new(),
+        })
+    }
+
+    /// One training step: [`train_step`] with this group's [`BucketReducer`] (batch, forward,
+    /// backward with bucketed gradient averaging, clipping, optimiser update
+    /// `apply(params, grads, lr)` with the rank-scaled learning rate, write-back). Without a
+    /// communicator, a timeline or phase measurement, the reducer is [`NoReduce`]: exactly the
+    /// single-machine step.
     pub fn step(
         &self,
         trainer: &mut Trainer,
@@ -125,110 +234,16 @@ impl DataParallel {
         opts: &StepOptions,
         apply: impl FnOnce(&mut [f32], &[f32], f32),
     ) -> Result<StepReport> {
-        if self.comm().is_none() && self.timeline.borrow().is_none() && !self.instrument {
-            return train_step(trainer, net, bufs, opts, &mut NoReduce, apply)
-                .map_err(|e| anyhow!("{e}"));
-        }
-        let fov = trainer.config().example.fov_len();
-        let batch = trainer.config().batch_size;
-        if net.fov_voxels() != fov
-            || bufs.logits.len() != batch * fov
-            || bufs.grads.len() != net.params().len()
-        {
-            bail!(
-                "network FOV ({} voxels) or buffers do not match the trainer (FOV {fov} voxels, batch {batch})",
-                net.fov_voxels()
-            );
-        }
         let step = trainer.steps();
-        let lr = self.scaling().scale(opts.schedule.at(step), step);
-        let t0 = Instant::now();
-        trainer.prepare_batch();
-        let t1 = Instant::now();
-        let plan = self.plan_for(net)?;
-        let mut pool = std::mem::take(&mut *self.pool.borrow_mut());
-        let n = plan.buckets().len();
-        let mut hook = Overlap {
-            comm: self.comm(),
-            plan: &plan,
-            remaining: plan.buckets().iter().map(|b| b.len()).collect(),
-            pool: &mut pool,
-            overlap: self.args().overlap,
-            next: 0,
-            loss: 0.0,
-            forward_end: None,
-            error: None,
-        };
-        let inp = trainer.inputs();
-        let local_loss = net.forward_backward_with_hook(
-            inp.image,
-            inp.seed,
-            inp.labels,
-            inp.batch,
-            &mut bufs.logits,
-            &mut bufs.grads,
-            &mut hook,
-        );
-        let t2 = hook.forward_end.unwrap_or(t1);
-        if hook.remaining.iter().any(|&r| r != 0) {
-            bail!("internal: the backward pass did not report every gradient range");
+        if self.comm().is_none() && self.timeline.borrow().is_none() && !self.instrument {
+            train_step(trainer, net, bufs, opts, &mut NoReduce, apply).map_err(|e| anyhow!("{e}"))
+        } else {
+            let mut reducer = self.reducer(net)?;
+            train_step(trainer, net, bufs, opts, &mut reducer, apply).map_err(|e| match e {
+                StepError::Reduce(e) => e.context(format!("step {step}")),
+                StepError::Training(e) => anyhow!("{e}"),
+            })
         }
-        hook.submit_ready();
-        if let Some(e) = hook.error.take() {
-            return Err(e);
-        }
-        let t3 = Instant::now();
-        let mut loss = local_loss;
-        let mut comm_spans = Vec::with_capacity(n);
-        if let Some(comm) = self.comm() {
-            let ranks = self.size() as f32;
-            for (b, bucket) in plan.buckets().iter().enumerate() {
-                let done = comm.next()?;
-                if done.tag != b {
-                    bail!(
-                        "internal: bucket {} came back when {b} was expected",
-                        done.tag
-                    );
-                }
-                let buf = match done.result {
-                    Ok(Payload::Floats(v)) => v,
-                    Ok(Payload::Bytes(_)) => bail!("internal: bytes came back for a bucket"),
-                    Err(e) => bail!("gradient allreduce (bucket {b} of {n}, step {step}): {e}"),
-                };
-                let shift = usize::from(b == 0);
-                if b == 0 {
-                    loss = buf[0] / ranks;
-                }
-                for (g, x) in bufs.grads[bucket.clone()].iter_mut().zip(&buf[shift..]) {
-                    *g = x / ranks;
-                }
-                comm_spans.push((b, done.started, done.finished, buf.len() * 4));
-                pool[b] = buf;
-            }
-        }
-        *self.pool.borrow_mut() = pool;
-        drop(plan);
-        let t4 = Instant::now();
-        if let Some(c) = opts.clip {
-            clip_by_value(&mut bufs.grads, c);
-        }
-        apply(net.params_mut(), &bufs.grads, lr);
-        trainer
-            .complete_batch(&bufs.logits, loss)
-            .map_err(|e| anyhow!("{e}"))?;
-        let t5 = Instant::now();
-        let busy: f64 = comm_spans.iter().map(|(_, a, b, _)| secs(*a, *b)).sum();
-        self.last_phases.set(Phases {
-            prepare: secs(t0, t1),
-            forward: secs(t1, t2),
-            backward: secs(t2, t3),
-            wait: secs(t3, t4),
-            optimizer: secs(t4, t5),
-            comm_busy: busy,
-            total: secs(t0, t5),
-        });
-        self.record_step(step, [t0, t1, t2, t3, t4, t5], &comm_spans)?;
-        Ok(StepReport { loss, lr })
     }
 
     /// The phases of the last [`DataParallel::step`] (zeros for the plain single-machine step).

@@ -12,19 +12,68 @@
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
+use core::ops::Range;
 
 use super::TrainingError;
 use super::schedule::LrSchedule;
 use super::trainer::Trainer;
 use crate::network::ConvStack3d;
+use crate::network::grad_hooks::GradHook;
 
 /// Combines the flat gradient (and the step's mean loss) across replicas before the optimiser
 /// step. Every replica must end with the same values, e.g. the mean over replicas.
+///
+/// [`train_step`] calls, in order: [`learning_rate`](Self::learning_rate), then
+/// [`batch_prepared`](Self::batch_prepared), [`forward_done`](Self::forward_done),
+/// [`gradient_ready`](Self::gradient_ready) for each layer as the backward pass finishes it (last
+/// layer first: a data-parallel reducer starts reducing it while backward goes on),
+/// [`reduce`](Self::reduce) after backward, and [`step_done`](Self::step_done) after the
+/// optimiser. Only `reduce` must be implemented.
 pub trait GradientReducer {
     /// The error of the transport.
     type Error;
-    /// Reduces `grads` and `loss` in place.
+
+    /// The learning rate of `step` given the schedule's `base` rate (data-parallel training
+    /// scales it with the number of replicas). Default: `base`.
+    fn learning_rate(&self, base: f32, step: u64) -> f32 {
+        let _ = step;
+        base
+    }
+
+    /// The batch's examples are cut; forward starts.
+    fn batch_prepared(&mut self) {}
+
+    /// Forward is done with this replica's mean loss `loss`; backward starts.
+    fn forward_done(&mut self, loss: f32) {
+        let _ = loss;
+    }
+
+    /// `grads[range]` (passed as `values`) is final.
+    fn gradient_ready(&mut self, range: Range<usize>, values: &[f32]) {
+        let _ = (range, values);
+    }
+
+    /// After backward: makes `grads` and `loss` the same on every replica (e.g. their means).
     fn reduce(&mut self, grads: &mut [f32], loss: &mut f32) -> Result<(), Self::Error>;
+
+    /// The optimiser step and the write-back of step `step` are done.
+    fn step_done(&mut self, step: u64) -> Result<(), Self::Error> {
+        let _ = step;
+        Ok(())
+    }
+}
+
+/// Passes the backward pass's notifications on to a reducer.
+struct ReducerHook<'a, R>(&'a mut R);
+
+impl<R: GradientReducer> GradHook for ReducerHook<'_, R> {
+    fn forward_done(&mut self, loss: f32) {
+        self.0.forward_done(loss);
+    }
+
+    fn ready(&mut self, range: Range<usize>, values: &[f32]) {
+        self.0.gradient_ready(range, values);
+    }
 }
 
 /// The reducer of single-replica training: leaves everything as it is.
@@ -117,16 +166,19 @@ pub fn train_step<R: GradientReducer>(
             net.config().fov,
         )));
     }
-    let lr = opts.schedule.at(trainer.steps());
+    let step = trainer.steps();
+    let lr = reducer.learning_rate(opts.schedule.at(step), step);
     trainer.prepare_batch();
+    reducer.batch_prepared();
     let inp = trainer.inputs();
-    let mut loss = net.forward_backward(
+    let mut loss = net.forward_backward_with_hook(
         inp.image,
         inp.seed,
         inp.labels,
         inp.batch,
         &mut bufs.logits,
         &mut bufs.grads,
+        &mut ReducerHook(reducer),
     );
     reducer
         .reduce(&mut bufs.grads, &mut loss)
@@ -138,6 +190,7 @@ pub fn train_step<R: GradientReducer>(
     trainer
         .complete_batch(&bufs.logits, loss)
         .map_err(StepError::Training)?;
+    reducer.step_done(step).map_err(StepError::Reduce)?;
     Ok(StepReport { loss, lr })
 }
 
