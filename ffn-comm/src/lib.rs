@@ -44,6 +44,7 @@ pub mod conformance;
 pub mod data_parallel;
 pub mod env;
 mod error;
+pub mod launch;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi_backend;

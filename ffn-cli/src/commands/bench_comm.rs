@@ -79,13 +79,12 @@ pub fn run(args: Args) -> Result<()> {
 /// shm / zmq: be a rank if the environment says so, otherwise start the ranks.
 fn run_env_ranks(args: &Args, backend: Backend, sizes: &[usize]) -> Result<()> {
     if std::env::var_os("RANK").is_none() {
-        let launch = super::launch::Args {
-            nproc: args.ranks,
-            timeout: None,
-            bind: None,
-            command: self_args(args),
-        };
-        let code = super::launch::launch(&launch)?;
+        let exe = std::env::current_exe().context("bench comm: the path of this executable")?;
+        let code = ffn_comm::launch::launch(&ffn_comm::launch::LaunchOptions::new(
+            exe,
+            self_args(args),
+            args.ranks,
+        ))?;
         if code != 0 {
             std::process::exit(code);
         }

@@ -1,0 +1,239 @@
+//! The launcher of `ffn launch -n N -- <ffn subcommand args>`: starts N ranks of a program on this
+//! host.
+//!
+//! Each rank is a process of the program with the environment that the `shm` and `zmq`
+//! backends read: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`,
+//! `MASTER_PORT` (a free loopback port), `FFN_SHM_NAME` (a fresh segment name) and `FFN_COMM_TOKEN`
+//! (a random job token). The launcher waits for all ranks; when one fails it stops the others and
+//! exits with the failed rank's status, so a crashed rank never leaves the job hanging. With
+//! a timeout the whole job is stopped after that long (exit status 124).
+
+use anyhow::{Context, Result, bail};
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// Where rank processes may run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bind {
+    /// One CPU per rank.
+    Core,
+    /// No pinning.
+    None,
+}
+
+/// A job of `nproc` ranks of one program on this host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchOptions {
+    /// The program every rank runs.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Number of ranks (processes), 1..=4096.
+    pub nproc: usize,
+    /// Stop every rank and fail (exit status 124) when the job runs longer than this.
+    pub timeout: Option<Duration>,
+    /// Pinning; `None`: one CPU per rank when there are at most as many ranks as CPUs (like
+    /// mpirun), else unpinned.
+    pub bind: Option<Bind>,
+}
+
+impl LaunchOptions {
+    /// `nproc` ranks of `program args`, no timeout, default pinning.
+    pub fn new(program: impl Into<PathBuf>, args: Vec<String>, nproc: usize) -> Self {
+        Self {
+            program: program.into(),
+            args,
+            nproc,
+            timeout: None,
+            bind: None,
+        }
+    }
+}
+
+/// Starts the ranks and waits for them; returns the job's exit status (0 when all succeeded;
+/// the first failing rank's status, after stopping the others; 124 on the timeout).
+pub fn launch(opts: &LaunchOptions) -> Result<i32> {
+    if opts.nproc == 0 || opts.nproc > 4096 {
+        bail!("ffn launch: -n {}: expected 1..=4096 ranks", opts.nproc);
+    }
+    let exe = &opts.program;
+    let env = job_env(opts.nproc)?;
+    let cpus = allowed_cpus();
+    let bind = match opts.bind {
+        Some(b) => b == Bind::Core,
+        None => opts.nproc <= cpus.len(),
+    };
+    let mut children: Vec<Option<Child>> = Vec::with_capacity(opts.nproc);
+    for rank in 0..opts.nproc {
+        let mut cmd = Command::new(exe);
+        cmd.args(&opts.args)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd.env("RANK", rank.to_string())
+            .env("LOCAL_RANK", rank.to_string());
+        if bind && !cpus.is_empty() {
+            let cpu = cpus[rank % cpus.len()];
+            let mut mask = [0u64; 16];
+            mask[cpu / 64] |= 1 << (cpu % 64);
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only an async-signal-safe system call runs between fork and exec; a failure
+            // to pin is harmless (the rank runs unpinned).
+            unsafe {
+                cmd.pre_exec(move || {
+                    sched_setaffinity(0, std::mem::size_of_val(&mask), mask.as_ptr());
+                    Ok(())
+                });
+            }
+        }
+        match cmd.spawn() {
+            Ok(child) => children.push(Some(child)),
+            Err(e) => {
+                stop_all(&mut children);
+                return Err(e).with_context(|| {
+                    format!("ffn launch: starting rank {rank} ({})", exe.display())
+                });
+            }
+        }
+    }
+    supervise(&mut children, opts.timeout)
+}
+
+/// The environment shared by all ranks of one job.
+fn job_env(n: usize) -> Result<Vec<(String, String)>> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("ffn launch: finding a free TCP port on 127.0.0.1 for the rendezvous")?
+        .port();
+    let token = random_hex(16);
+    let name = format!("ffn-launch-{}-{}", std::process::id(), &token[..8]);
+    Ok(vec![
+        ("WORLD_SIZE".into(), n.to_string()),
+        ("LOCAL_WORLD_SIZE".into(), n.to_string()),
+        ("MASTER_ADDR".into(), "127.0.0.1".into()),
+        ("MASTER_PORT".into(), port.to_string()),
+        ("FFN_SHM_NAME".into(), name),
+        ("FFN_COMM_TOKEN".into(), token),
+    ])
+}
+
+/// Hex of `bytes` random bytes from the OS (falls back to time and pid if /dev/urandom is missing).
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok();
+    if !ok {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let seed = t ^ ((std::process::id() as u128) << 64);
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (seed >> ((i % 16) * 8)) as u8;
+        }
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Waits for every rank; on the first failure (or the timeout) stops the rest.
+fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Result<i32> {
+    let start = Instant::now();
+    let mut remaining = children.len();
+    while remaining > 0 {
+        let mut failed: Option<(usize, ExitStatus)> = None;
+        for (rank, slot) in children.iter_mut().enumerate() {
+            let Some(child) = slot else { continue };
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    *slot = None;
+                    remaining -= 1;
+                    if !status.success() && failed.is_none() {
+                        failed = Some((rank, status));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    stop_all(children);
+                    return Err(e).with_context(|| format!("ffn launch: waiting for rank {rank}"));
+                }
+            }
+        }
+        if let Some((rank, status)) = failed {
+            let running = children.iter().filter(|c| c.is_some()).count();
+            eprintln!(
+                "ffn launch: rank {rank} failed ({status}); stopping the {running} other running rank(s)"
+            );
+            stop_all(children);
+            return Ok(exit_code(status));
+        }
+        if let Some(t) = timeout
+            && start.elapsed() >= t
+        {
+            eprintln!(
+                "ffn launch: the job did not finish within {:.1} s; stopping all ranks",
+                t.as_secs_f64()
+            );
+            stop_all(children);
+            return Ok(124);
+        }
+        if remaining > 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(0)
+}
+
+/// The shell-style exit code of a finished rank (128 + signal when it was killed).
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    }
+}
+
+/// Asks every running rank to stop (SIGTERM), waits up to 2 s, then kills what is left.
+fn stop_all(children: &mut [Option<Child>]) {
+    for child in children.iter_mut().flatten() {
+        if let Ok(pid) = i32::try_from(child.id()) {
+            // SAFETY: signalling our own child, whose pid cannot be reused before we reap it.
+            unsafe { libc_kill(pid, 15) };
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    for slot in children.iter_mut() {
+        if let Some(child) = slot {
+            while Instant::now() < deadline {
+                if matches!(child.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        *slot = None;
+    }
+}
+
+/// The CPUs this process may run on, in increasing order (empty if the OS does not say).
+fn allowed_cpus() -> Vec<usize> {
+    let mut mask = [0u64; 16];
+    // SAFETY: the kernel writes at most `size_of_val(&mask)` bytes into `mask`.
+    let rc = unsafe { sched_getaffinity(0, std::mem::size_of_val(&mask), mask.as_mut_ptr()) };
+    if rc != 0 {
+        return Vec::new();
+    }
+    (0..1024)
+        .filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0)
+        .collect()
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+    fn sched_setaffinity(pid: i32, size: usize, mask: *const u64) -> i32;
+    fn sched_getaffinity(pid: i32, size: usize, mask: *mut u64) -> i32;
+}
