@@ -19,6 +19,7 @@
 
 pub mod comm_thread;
 pub mod consistency;
+pub mod scaling;
 pub mod state;
 pub mod step;
 pub mod timeline;

@@ -14,22 +14,13 @@
 //! the part that fits behind the backward pass hides, and the last bucket never does).
 
 use std::process::{Command, Stdio};
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
 use ffn_comm::{Backend, Communicator};
 use ffn_core::model_spec::ModelConfig;
-use ffn_core::network::ConvStack3d;
-use ffn_core::optim::{Optimizer, Sgd};
-use ffn_core::rng::Rng;
-use ffn_core::synth::{SynthConfig, generate};
-use ffn_core::training::coordinates::Coordinate;
-use ffn_core::training::examples::ExampleConfig;
-use ffn_core::training::schedule::LrSchedule;
-use ffn_core::training::step::{StepBuffers, StepOptions};
-use ffn_core::training::trainer::{Trainer, TrainerConfig, TrainingVolume};
 use serde_json::{Value, json};
 
+use ffn_comm::data_parallel::scaling::{ScalingOptions, measure_rank, ring_allreduce_seconds};
 use ffn_comm::data_parallel::{DataParallel, DataParallelOptions};
 use ffn_core::training::distributed::LrScaling;
 
@@ -89,12 +80,12 @@ pub struct Args {
     worker: bool,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+fn scaling_options(a: &Args, cfg: &ModelConfig) -> ScalingOptions {
+    ScalingOptions {
+        model: *cfg,
+        batch: a.batch,
+        warmup: a.warmup,
+        steps: a.steps,
     }
 }
 
@@ -132,7 +123,7 @@ pub fn run(a: Args) -> Result<()> {
             let opts = ffn_comm::CommOptions::from_env()?;
             Box::new(move || ffn_comm::connect(backend, &opts))
         })?;
-        if let Some(v) = worker(&a, &cfg, &dist)? {
+        if let Some(v) = measure_rank(&scaling_options(&a, &cfg), &dist)? {
             println!("{RESULT}{v}");
         }
         return Ok(());
@@ -190,7 +181,7 @@ fn measure(a: &Args, cfg: &ModelConfig, n: usize) -> Result<Value> {
                                     Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>)),
                                 )?
                             };
-                            worker(a, cfg, &dist)
+                            measure_rank(&scaling_options(a, cfg), &dist)
                         })
                     })
                 })
@@ -281,118 +272,6 @@ fn measure(a: &Args, cfg: &ModelConfig, n: usize) -> Result<Value> {
     serde_json::from_str(&line).context("result line of rank 0")
 }
 
-/// Trains `a.warmup + a.steps` steps on synthetic examples as one rank; rank 0 returns the medians
-/// (and, with more than one rank, the fitted allreduce cost).
-fn worker(a: &Args, cfg: &ModelConfig, dist: &DataParallel) -> Result<Option<Value>> {
-    let ex = ExampleConfig::new(cfg.fov, cfg.deltas);
-    let patch = ex.patch_shape();
-    let shape = patch.map(|p| p + 6);
-    let v = generate(&SynthConfig {
-        shape,
-        neurites: 8,
-        ..SynthConfig::default()
-    })
-    .map_err(|e| anyhow::anyhow!("synthetic volume: {e}"))?;
-    let image = v.image.mapv(|g| (g as f32 - 128.0) / 33.0);
-    let vols = vec![TrainingVolume {
-        name: "synth".into(),
-        image,
-        labels: v.labels,
-    }];
-    let c = patch.map(|p| (p / 2) as u32);
-    let coords: Vec<Coordinate> = (0..27u32)
-        .map(|i| Coordinate {
-            volume: 0,
-            zyx: [c[0] + 1 + i % 3, c[1] + 1 + (i / 3) % 3, c[2] + 1 + i / 9],
-        })
-        .collect();
-    let mut trainer = Trainer::new(
-        dist.trainer_config(TrainerConfig::new(ex, a.batch, 1)),
-        vols,
-        coords,
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut net = ConvStack3d::new(*cfg, 0.01, &mut Rng::new(1));
-    let mut opt = Sgd;
-    dist.broadcast_initial(&mut net, &mut opt, 0)?;
-    let mut bufs = StepBuffers::new(&net, &trainer);
-    let opts = StepOptions {
-        schedule: LrSchedule::constant(1e-4),
-        clip: Some(0.7),
-    };
-    let mut phases = Vec::new();
-    for i in 0..a.warmup + a.steps {
-        dist.step(&mut trainer, &mut net, &mut bufs, &opts, |p, g, lr| {
-            opt.step(p, g, lr)
-        })?;
-        if i >= a.warmup {
-            phases.push(dist.last_phases());
-        }
-    }
-    let med = |f: fn(&ffn_comm::data_parallel::step::Phases) -> f64| {
-        median(phases.iter().map(f).collect())
-    };
-    let comm_model = if dist.size() > 1 {
-        Some(fit_allreduce(dist)?)
-    } else {
-        None
-    };
-    let last_bucket = net.grad_ready_order().last().map_or(0, |r| r.len()) * 4;
-    if !dist.is_root() {
-        return Ok(None);
-    }
-    Ok(Some(json!({
-        "ranks": dist.size(),
-        "step_s": med(|p| p.total),
-        "prepare_s": med(|p| p.prepare),
-        "forward_s": med(|p| p.forward),
-        "backward_s": med(|p| p.backward),
-        "exposed_comm_s": med(|p| p.wait),
-        "compute_s": med(|p| p.total - p.wait),
-        "optimizer_s": med(|p| p.optimizer),
-        "comm_busy_s": med(|p| p.comm_busy),
-        "gradient_bytes": net.params().len() * 4,
-        "last_bucket_bytes": last_bucket,
-        "allreduce_fit": comm_model,
-    })))
-}
-
-/// Times allreduces of several sizes and fits `t = a + b * bytes` (least squares on medians).
-fn fit_allreduce(dist: &DataParallel) -> Result<Value> {
-    let sizes = [1usize, 256, 4096, 65536, 262_144, 1 << 20];
-    let mut points = Vec::new();
-    for &floats in &sizes {
-        let reps = if floats >= 1 << 18 { 5 } else { 20 };
-        let mut times = Vec::new();
-        let mut buf = vec![1.0f32; floats];
-        for _ in 0..reps + 2 {
-            let t = Instant::now();
-            buf = dist.sum(buf)?;
-            times.push(t.elapsed().as_secs_f64());
-        }
-        times.drain(..2);
-        points.push(((floats * 4) as f64, median(times)));
-    }
-    let n = points.len() as f64;
-    let (sx, sy) = points
-        .iter()
-        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-    let (mx, my) = (sx / n, sy / n);
-    let sxx: f64 = points.iter().map(|(x, _)| (x - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
-    let b = (sxy / sxx).max(1e-15);
-    let a0 = (my - b * mx).max(points[0].1.min(my));
-    Ok(
-        json!({ "a_s": a0, "b_s_per_byte": b, "points": points.iter().map(|(x, y)| json!([x, y])).collect::<Vec<_>>() }),
-    )
-}
-
-/// Ring allreduce time of `bytes` on `p` ranks.
-fn ring(alpha: f64, bw: f64, p: usize, bytes: f64) -> f64 {
-    let p = p as f64;
-    2.0 * (p - 1.0) * alpha + 2.0 * (p - 1.0) / p * bytes / bw
-}
-
 fn report(a: &Args, cfg: &ModelConfig, runs: &[Value]) -> Result<()> {
     let g = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
     let base = &runs[0];
@@ -433,11 +312,11 @@ fn report(a: &Args, cfg: &ModelConfig, runs: &[Value]) -> Result<()> {
         let (s, last) = (g(r, "gradient_bytes"), g(r, "last_bucket_bytes"));
         let bwd = g(base, "backward_s");
         for pr in [16usize, 32, 64, 128, 256, 512, 1024, 2048] {
-            let t = ring(alpha, bw, pr, s);
+            let t = ring_allreduce_seconds(alpha, bw, pr, s);
             let exposed = if a.no_overlap {
                 t
             } else {
-                ring(alpha, bw, pr, last).max(t - bwd)
+                ring_allreduce_seconds(alpha, bw, pr, last).max(t - bwd)
             };
             projection.push(json!({"ranks": pr, "allreduce_s": t, "exposed_s": exposed, "efficiency": t1 / (t1 + exposed)}));
         }
