@@ -1,10 +1,11 @@
 //! `ffn launch` with the shm backend: real rank processes, exit codes, timeouts.
 
-mod comm_support;
+mod support;
 
-use comm_support::*;
 use std::process::Command;
 use std::time::Duration;
+use support::comm::*;
+use support::*;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -16,7 +17,7 @@ fn launch(args: &[&str]) -> Command {
 
 #[test]
 fn shm_suite_passes_on_2_ranks_with_64_mib() {
-    let f = run(
+    let f = run_named(
         launch(&[
             "-n",
             "2",
@@ -34,13 +35,13 @@ fn shm_suite_passes_on_2_ranks_with_64_mib() {
 
 #[test]
 fn shm_suite_passes_on_3_ranks_and_is_deterministic_across_runs() {
-    let first = run(
+    let first = run_named(
         launch(&["-n", "3", "--", "comm-selftest", "--backend", "shm"]),
         LIMIT,
         "shm n=3",
     );
     assert_suite_passed(&first, 3, false, "ffn launch -n 3 shm");
-    let second = run(
+    let second = run_named(
         launch(&["-n", "3", "--", "comm-selftest", "--backend", "shm"]),
         LIMIT,
         "shm n=3 again",
@@ -62,7 +63,7 @@ fn a_failing_rank_stops_the_job_and_its_exit_code_is_forwarded() {
         "--timeout",
         "30",
     ];
-    let f = run(launch(&args), LIMIT, "launch with a failing rank");
+    let f = run_named(launch(&args), LIMIT, "launch with a failing rank");
     assert_eq!(f.code, 3, "stderr:\n{}", f.stderr);
     assert!(f.stderr.contains("rank 1 failed"), "stderr:\n{}", f.stderr);
     // The others were stopped by the launcher, long before their own 30 s timeout.
@@ -87,7 +88,7 @@ fn the_launch_timeout_stops_a_stalled_job() {
         "--timeout",
         "60",
     ];
-    let f = run(launch(&args), LIMIT, "launch --timeout");
+    let f = run_named(launch(&args), LIMIT, "launch --timeout");
     assert_eq!(f.code, 124, "stderr:\n{}", f.stderr);
     assert!(
         f.stderr.contains("did not finish within 2.0 s"),
@@ -99,14 +100,14 @@ fn the_launch_timeout_stops_a_stalled_job() {
 
 #[test]
 fn bad_launch_arguments_are_clear_errors() {
-    let f = run(
+    let f = run_named(
         launch(&["-n", "0", "--", "selfcheck"]),
         LIMIT,
         "launch -n 0",
     );
     assert_ne!(f.code, 0);
     assert!(f.stderr.contains("-n 0"), "stderr:\n{}", f.stderr);
-    let f = run(
+    let f = run_named(
         launch(&["-n", "2", "--", "comm-selftest", "--backend", "nccl"]),
         LIMIT,
         "unknown backend",

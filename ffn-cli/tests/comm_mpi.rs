@@ -1,11 +1,12 @@
 //! The MPI backend under `mpirun -n 2` and `-n 3` (as root and oversubscribed, as in CI).
 #![cfg(feature = "mpi")]
 
-mod comm_support;
+mod support;
 
-use comm_support::*;
 use std::process::Command;
 use std::time::Duration;
+use support::comm::*;
+use support::*;
 
 const LIMIT: Duration = Duration::from_secs(180);
 
@@ -26,7 +27,7 @@ fn mpirun(n: usize, args: &[&str]) -> Command {
 
 #[test]
 fn mpi_suite_passes_on_2_ranks_with_64_mib() {
-    let f = run(
+    let f = run_named(
         mpirun(2, &["comm-selftest", "--backend", "mpi", "--large"]),
         LIMIT,
         "mpirun -n 2",
@@ -41,7 +42,7 @@ fn mpi_suite_passes_on_2_ranks_with_64_mib() {
 
 #[test]
 fn mpi_suite_passes_on_3_ranks_with_the_same_bits_as_local() {
-    let f = run(
+    let f = run_named(
         mpirun(3, &["comm-selftest", "--backend", "mpi"]),
         LIMIT,
         "mpirun -n 3",
@@ -51,7 +52,7 @@ fn mpi_suite_passes_on_3_ranks_with_the_same_bits_as_local() {
 
 #[test]
 fn a_dead_rank_aborts_the_job() {
-    let f = run(
+    let f = run_named(
         mpirun(
             2,
             &[
@@ -84,7 +85,7 @@ fn a_stalled_rank_trips_the_watchdog_which_names_a_waiting_rank() {
         "--timeout",
         "3",
     ];
-    let f = run(mpirun(3, &args), LIMIT, "stalled rank");
+    let f = run_named(mpirun(3, &args), LIMIT, "stalled rank");
     assert_ne!(f.code, 0);
     let all = format!("{}{}", f.stdout, f.stderr);
     // Ranks 0 and 1 wait for the stalled rank 2; whichever watchdog fires first ends the job.

@@ -1,11 +1,12 @@
 //! The shm backend with rank processes started one by one (as any launcher that sets RANK and
 //! WORLD_SIZE would): dead and stalled peers must give errors naming the rank, never a hang.
 
-mod comm_support;
+mod support;
 
-use comm_support::*;
 use std::process::Command;
 use std::time::Duration;
+use support::comm::*;
+use support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 

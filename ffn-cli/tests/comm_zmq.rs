@@ -2,11 +2,12 @@
 //! under `ffn launch`.
 #![cfg(feature = "zmq")]
 
-mod comm_support;
+mod support;
 
-use comm_support::*;
 use std::process::Command;
 use std::time::Duration;
+use support::comm::*;
+use support::*;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -66,7 +67,7 @@ fn zmq_under_ffn_launch() {
         "zmq",
     ]);
     assert_suite_passed(
-        &run(cmd, LIMIT, "launch zmq"),
+        &run_named(cmd, LIMIT, "launch zmq"),
         3,
         false,
         "ffn launch -n 3 zmq",

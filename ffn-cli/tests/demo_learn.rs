@@ -1,7 +1,7 @@
 //! `ffn demo` end to end on the shipped FIB-25 data and models (a reduced configuration), and
 //! `ffn bench learn` over a small training run: rows per checkpoint, the reference, the cache.
 
-mod dist_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -129,8 +129,8 @@ fn demo_trains_and_segments_a_held_out_fib25_box_with_both_shipped_models() {
 /// A small synthetic training run with a checkpoint every 4 steps; returns (run dir, volume file).
 fn small_run(dir: &Path) -> (String, String) {
     let run = dir.join("run").display().to_string();
-    let common = dist_support::set(&dist_support::prepare(dir), "--optimizer", "adam");
-    let args = dist_support::with(
+    let common = support::dist::set(&support::dist::prepare(dir), "--optimizer", "adam");
+    let args = support::dist::with(
         &common,
         &[
             "--out",
@@ -143,8 +143,8 @@ fn small_run(dir: &Path) -> (String, String) {
             "0",
         ],
     );
-    let cmd = dist_support::ffn(&args);
-    dist_support::ok(&dist_support::run(cmd, dist_support::LIMIT), "ffn train");
+    let cmd = support::dist::ffn(&args);
+    support::ok(&support::run(cmd, support::dist::LIMIT), "ffn train");
     (run, dir.join("s.h5").display().to_string())
 }
 

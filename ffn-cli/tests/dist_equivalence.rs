@@ -5,10 +5,11 @@
 //! together and N ranks read exactly the coordinates (and RNG streams) that one rank of batch N*b
 //! reads; `--lr-scaling none` keeps the learning rate of the single rank.
 
-mod dist_support;
+mod support;
 
-use dist_support::*;
 use std::path::Path;
+use support::dist::*;
+use support::*;
 
 const STEPS: u64 = 4;
 const BATCH: usize = 2;

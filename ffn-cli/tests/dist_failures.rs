@@ -1,11 +1,12 @@
 //! A rank killed in the middle of data-parallel training: the others exit with an error naming it
 //! within the communication timeout, and the last checkpoint is intact and resumable.
 
-mod dist_support;
+mod support;
 
-use dist_support::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::dist::*;
+use support::*;
 
 #[test]
 fn a_killed_rank_stops_the_others_and_the_last_checkpoint_resumes() {

@@ -1,11 +1,12 @@
 //! Learning-rate scaling, the timeline, the configuration check across processes, and clear errors
 //! for bad data-parallel options.
 
-mod dist_support;
+mod support;
 
-use dist_support::*;
 use serde_json::Value;
 use std::process::Command;
+use support::dist::*;
+use support::*;
 
 fn lr_column(out: &std::path::Path) -> Vec<f64> {
     std::fs::read_to_string(out.join("train_log.csv"))

@@ -2,10 +2,11 @@
 //! stopped (every rank's example state is in rank 0's checkpoint); on another number of ranks (and
 //! from / to a single-rank run) it continues from the same weights and optimiser state.
 
-mod dist_support;
+mod support;
 
-use dist_support::*;
 use std::path::Path;
+use support::dist::*;
+use support::*;
 
 fn common(dir: &Path) -> Vec<String> {
     // Deltas 2: examples span several steps, so the per-rank example states matter on resume.

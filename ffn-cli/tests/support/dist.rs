@@ -1,88 +1,15 @@
-//! Helpers of the data-parallel training tests: data, runs on every backend, checkpoint comparison.
-
-#![allow(dead_code)]
+//! Data of the data-parallel training tests, their runs on every backend, checkpoint comparison.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use ffn_io::checkpoint::{Checkpoint, load_checkpoint};
 
-/// The `ffn` binary under test.
-pub const FFN: &str = env!("CARGO_BIN_EXE_ffn");
+use super::{FFN, ok, run};
 
 /// No test run may take longer than this (a hang is a failure, not a stuck CI job).
 pub const LIMIT: Duration = Duration::from_secs(240);
-
-/// What a finished command left behind.
-#[derive(Debug)]
-pub struct Finished {
-    /// Exit code (-1 when killed by a signal).
-    pub code: i32,
-    /// Standard output.
-    pub stdout: String,
-    /// Standard error.
-    pub stderr: String,
-    /// Wall time.
-    pub elapsed: Duration,
-}
-
-/// Runs `cmd` with captured output, killing it (and failing) after `limit`.
-pub fn run(mut cmd: Command, limit: Duration) -> Finished {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let what = format!("{cmd:?}");
-    let child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {what}: {e}"));
-    finish(child, limit, &what)
-}
-
-/// Waits for `child` at most `limit` (kills it and panics when it is still running).
-pub fn finish(mut child: Child, limit: Duration, what: &str) -> Finished {
-    use std::io::Read;
-    let start = Instant::now();
-    let mut out = child.stdout.take().expect("piped stdout");
-    let mut err = child.stderr.take().expect("piped stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("waiting for a child") {
-            break s;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{what}: still running after {limit:?} (a hang); stderr:\n{}",
-                t_err.join().unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Finished {
-        code: status.code().unwrap_or(-1),
-        stdout: t_out.join().unwrap_or_default(),
-        stderr: t_err.join().unwrap_or_default(),
-        elapsed: start.elapsed(),
-    }
-}
-
-/// Asserts success, printing the output otherwise.
-pub fn ok(f: &Finished, what: &str) {
-    assert_eq!(
-        f.code, 0,
-        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        f.code, f.stdout, f.stderr
-    );
-}
 
 /// One kernel thread per rank: the engine's sums depend on its thread count, so bitwise
 /// comparisons between backends need the same count everywhere (and 2 cores are shared anyway).

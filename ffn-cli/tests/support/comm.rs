@@ -1,79 +1,9 @@
-//! Helpers of the multi-process communicator tests: start `ffn` rank processes, never wait forever.
+//! The communicator conformance suites run by `ffn comm-selftest`: digests and their checks.
 
-#![allow(dead_code)]
-
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-/// The `ffn` binary under test.
-pub const FFN: &str = env!("CARGO_BIN_EXE_ffn");
-
-/// What a finished process left behind.
-#[derive(Debug)]
-pub struct Finished {
-    /// Exit code (128 + signal when killed by a signal).
-    pub code: i32,
-    /// Standard output.
-    pub stdout: String,
-    /// Standard error.
-    pub stderr: String,
-    /// How long it ran.
-    pub elapsed: Duration,
-}
-
-/// Starts `cmd` with its output captured.
-pub fn spawn(mut cmd: Command) -> Child {
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.spawn()
-        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"))
-}
-
-/// Waits for `child` at most `limit`; kills it and panics (naming `what`) if it is still running.
-pub fn finish(mut child: Child, limit: Duration, what: &str) -> Finished {
-    use std::os::unix::process::ExitStatusExt;
-    let start = Instant::now();
-    // Drain the pipes on threads so that a chatty child cannot block on a full pipe.
-    let mut out = child.stdout.take().expect("stdout is piped");
-    let mut err = child.stderr.take().expect("stderr is piped");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting for a child") {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = t_err.join().unwrap_or_default();
-            panic!("{what}: still running after {limit:?} (a hang); stderr:\n{stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let code = status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(-1);
-    Finished {
-        code,
-        stdout: t_out.join().unwrap_or_default(),
-        stderr: t_err.join().unwrap_or_default(),
-        elapsed: start.elapsed(),
-    }
-}
-
-/// Runs `cmd` to the end within `limit`.
-pub fn run(cmd: Command, limit: Duration, what: &str) -> Finished {
-    finish(spawn(cmd), limit, what)
-}
+use super::Finished;
 
 /// The digests printed by `ffn comm-selftest` lines in `stdout`, in the order they appear.
 pub fn digests(stdout: &str) -> Vec<String> {
