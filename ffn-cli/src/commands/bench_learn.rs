@@ -16,7 +16,7 @@ use ffn_core::network::ConvStack3d;
 use ffn_io::VolumeSpec;
 use ffn_io::checkpoint::{list_checkpoints, load_checkpoint};
 
-use super::heldout::{HeldOut, Scored, context_region};
+use ffn_io::heldout::{HeldOut, Scored, context_region};
 use ffn_io::plot;
 
 /// Arguments of `ffn bench learn`.

@@ -27,8 +27,8 @@ use ffn_io::coords::{CoordinateFile, write_coords};
 use ffn_io::training::{OptimizerKind, TrainOptions};
 use ndarray::s;
 
-use super::heldout::{HeldOut, Scored, context_region};
 use super::partitions::parse_xyz;
+use ffn_io::heldout::{HeldOut, Scored, context_region};
 use ffn_io::plot;
 
 /// Arguments of `ffn demo`.

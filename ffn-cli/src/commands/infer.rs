@@ -255,7 +255,7 @@ pub fn run(args: Args) -> Result<()> {
         &image_spec,
     )?;
     let raw = ffn_io::read_image_f32_region(&image_spec, offset, shape)?;
-    let norm = super::normalisation::choose(
+    let norm = ffn_io::normalisation::choose(
         (args.image_mean, args.image_stddev),
         (
             req.as_ref().and_then(|r| r.image_mean),

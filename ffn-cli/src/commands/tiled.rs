@@ -328,7 +328,7 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let plan = TilePlan::new(shape, size, overlap).context("ffn infer-tiled: the tile plan")?;
-    let norm = super::normalisation::choose(
+    let norm = ffn_io::normalisation::choose(
         (args.image_mean, args.image_stddev),
         (None, None),
         trained_norm,

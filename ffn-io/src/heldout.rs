@@ -8,13 +8,13 @@
 
 use std::time::Instant;
 
+use crate::{TrainingNormalisation, VolumeSpec};
 use anyhow::Result;
 use ffn_core::inference::{Canvas, InferenceOptions, normalize_image, seeds};
 use ffn_core::metrics::{MetricOptions, Scores, evaluate};
 use ffn_core::network::ConvStack3d;
-use ffn_io::{TrainingNormalisation, VolumeSpec};
 
-use super::normalisation;
+use crate::normalisation;
 
 /// The context region's raw image and the box's labels, `[z][y][x]`.
 pub struct HeldOut {
@@ -73,20 +73,20 @@ impl HeldOut {
                     && offset[a] + shape[a] <= c_offset[a] + c_shape[a]),
             "the context region {c_offset:?} + {c_shape:?} does not contain the box {offset:?} + {shape:?} (z,y,x)"
         );
-        ffn_io::check_same_shape(
+        crate::check_same_shape(
             image,
-            &ffn_io::dataset_shape(image)?,
+            &crate::dataset_shape(image)?,
             labels,
-            &ffn_io::dataset_shape(labels)?,
+            &crate::dataset_shape(labels)?,
         )?;
         Ok(Self {
-            raw: ffn_io::read_image_f32_region(image, c_offset, c_shape)?
+            raw: crate::read_image_f32_region(image, c_offset, c_shape)?
                 .iter()
                 .copied()
                 .collect(),
             context_shape: c_shape,
             box_in_context: [0, 1, 2].map(|a| offset[a] - c_offset[a]),
-            truth: ffn_io::read_labels_region(labels, offset, shape)?
+            truth: crate::read_labels_region(labels, offset, shape)?
                 .iter()
                 .copied()
                 .collect(),

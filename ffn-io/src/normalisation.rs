@@ -2,8 +2,8 @@
 //! checkpoint records from training, else google/ffn's 128 / 33 — and where it came from, so that
 //! `ffn infer` and `ffn infer-tiled` can say so.
 
+use crate::TrainingNormalisation;
 use anyhow::{Result, bail};
-use ffn_io::TrainingNormalisation;
 
 /// The chosen `(x - mean) / stddev` and a phrase naming its source.
 #[derive(Clone, Debug, PartialEq)]
