@@ -13,6 +13,7 @@ pub mod coords;
 pub mod cpu_time;
 pub mod crc32c;
 pub mod error;
+pub mod export;
 pub mod heldout;
 pub mod labels;
 pub mod model;

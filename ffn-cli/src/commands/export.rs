@@ -6,8 +6,8 @@
 
 use anyhow::{Context, Result, bail};
 use ffn_io::VolumeSpec;
-use ffn_io::precomputed::{DataType, LayerType, PrecomputedInfo, PrecomputedWriter};
-use std::path::{Path, PathBuf};
+use ffn_io::export::{export_image, export_segmentation};
+use std::path::PathBuf;
 
 /// Arguments of `ffn export`.
 #[derive(clap::Args, Debug)]
@@ -92,70 +92,6 @@ pub fn run(args: Args) -> Result<()> {
         args.out.display()
     );
     Ok(())
-}
-
-/// Exports a uint8 image (axes z,y,x) as a precomputed image volume in `dir`.
-pub fn export_image(
-    spec: &VolumeSpec,
-    dir: &Path,
-    resolution_zyx: [f64; 3],
-    chunk_zyx: [usize; 3],
-) -> Result<()> {
-    let shape = ffn_io::dataset_shape(spec).with_context(|| format!("reading {spec}"))?;
-    let info = PrecomputedInfo {
-        layer: LayerType::Image,
-        data_type: DataType::Uint8,
-        shape_zyx: shape,
-        chunk_zyx,
-        resolution_zyx,
-    };
-    let mut w = PrecomputedWriter::create(dir, info)?;
-    while w.next_z() < shape[0] {
-        let z0 = w.next_z();
-        let n = chunk_zyx[0].min(shape[0] - z0);
-        let slab = ffn_io::read_image_u8_region(spec, [z0, 0, 0], [n, shape[1], shape[2]])?;
-        w.write_slab(slab.mapv(u64::from).view())?;
-    }
-    w.finish()?;
-    Ok(())
-}
-
-/// Exports a label volume as a precomputed segmentation in `dir` (uint32 when the ids fit).
-pub fn export_segmentation(
-    spec: &VolumeSpec,
-    dir: &Path,
-    resolution_zyx: [f64; 3],
-    chunk_zyx: [usize; 3],
-) -> Result<DataType> {
-    let shape = ffn_io::dataset_shape(spec).with_context(|| format!("reading {spec}"))?;
-    // First pass: the largest id decides the data type.
-    let mut max = 0u64;
-    for z0 in (0..shape[0]).step_by(chunk_zyx[0]) {
-        let n = chunk_zyx[0].min(shape[0] - z0);
-        let slab = ffn_io::read_labels_region(spec, [z0, 0, 0], [n, shape[1], shape[2]])?;
-        max = max.max(slab.iter().copied().max().unwrap_or(0));
-    }
-    let data_type = if max <= u32::MAX as u64 {
-        DataType::Uint32
-    } else {
-        DataType::Uint64
-    };
-    let info = PrecomputedInfo {
-        layer: LayerType::Segmentation,
-        data_type,
-        shape_zyx: shape,
-        chunk_zyx,
-        resolution_zyx,
-    };
-    let mut w = PrecomputedWriter::create(dir, info)?;
-    while w.next_z() < shape[0] {
-        let z0 = w.next_z();
-        let n = chunk_zyx[0].min(shape[0] - z0);
-        let slab = ffn_io::read_labels_region(spec, [z0, 0, 0], [n, shape[1], shape[2]])?;
-        w.write_slab(slab.view())?;
-    }
-    w.finish()?;
-    Ok(data_type)
 }
 
 #[cfg(test)]
