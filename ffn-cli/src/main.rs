@@ -3,6 +3,7 @@
 //! Every subcommand lives in its own module under `commands/`. Errors are printed as one line (with
 //! their context chain) and the process exits with status 1; panics are not used for user errors.
 
+mod args;
 mod commands;
 mod threads;
 

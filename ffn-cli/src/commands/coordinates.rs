@@ -7,30 +7,10 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use ffn_core::rng::Rng;
 use ffn_core::training::coordinates::{CoordinateConfig, build_coordinates};
-use ffn_io::VolumeSpec;
 use ffn_io::coords::{CoordinateFile, write_coords};
 
-use super::partitions::parse_xyz;
-
-/// Parses `NAME:FILE:DATASET`; with only `FILE:DATASET` the name is the file stem.
-pub fn parse_named_spec(s: &str) -> Result<(String, VolumeSpec)> {
-    let (name, rest) = match s.split_once(':') {
-        Some((name, rest)) if rest.contains(':') => (name.to_string(), rest),
-        _ => {
-            let spec: VolumeSpec = s.parse()?;
-            let name = spec
-                .path
-                .file_stem()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            return Ok((name, spec));
-        }
-    };
-    if name.is_empty() {
-        bail!("'{s}': empty volume name before the first ':' (expected NAME:FILE:DATASET)");
-    }
-    Ok((name, rest.parse()?))
-}
+use crate::args::parse_named_spec;
+use crate::args::parse_xyz;
 
 /// Arguments of `ffn coordinates`.
 #[derive(clap::Args, Debug)]
@@ -56,7 +36,7 @@ pub struct Args {
 
 /// Builds and writes the coordinates; returns how many were written.
 pub fn build(args: &Args) -> Result<usize> {
-    let margin = parse_xyz(&args.margin).context("--margin")?;
+    let margin = parse_xyz(&args.margin, "--margin")?;
     let mut names = Vec::new();
     let mut vols = Vec::new();
     for p in &args.partitions {

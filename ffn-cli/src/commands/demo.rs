@@ -27,7 +27,7 @@ use ffn_io::coords::{CoordinateFile, write_coords};
 use ffn_io::training::{OptimizerKind, TrainOptions};
 use ndarray::s;
 
-use super::partitions::parse_xyz;
+use crate::args::parse_xyz;
 use ffn_io::heldout::{HeldOut, Scored, context_region};
 use ffn_io::plot;
 
@@ -105,8 +105,8 @@ pub fn run(args: Args) -> Result<()> {
     let out = &args.out;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let data = out.join("fib25.h5");
-    let fov = parse_xyz(&args.fov).context("--fov")?;
-    let deltas = parse_xyz(&args.deltas).context("--deltas")?;
+    let fov = parse_xyz(&args.fov, "--fov")?;
+    let deltas = parse_xyz(&args.deltas, "--deltas")?;
     let radius = [0, 1, 2].map(|d| fov[d] / 2 + deltas[d]);
     for path in [&args.model, &args.data] {
         ensure!(

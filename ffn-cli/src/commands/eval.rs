@@ -1,6 +1,7 @@
 //! `ffn eval`: scores a segmentation against ground truth (variation of information and adapted
 //! Rand error, connectomics conventions; see `ffn_core::metrics`).
 
+use crate::args::parse_xyz;
 use anyhow::{Context, Result, bail};
 use ffn_core::metrics::{
     Contingency, ErrorObject, MetricOptions, Scores, scores, worst_merges, worst_splits,
@@ -36,21 +37,6 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-}
-
-/// Parses `x,y,z` (non-negative integers) into `[z, y, x]`.
-pub fn parse_xyz(text: &str, what: &str) -> Result<[usize; 3]> {
-    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-    if parts.len() != 3 {
-        bail!("{what}: expected three comma-separated integers x,y,z, found {text:?}");
-    }
-    let mut v = [0usize; 3];
-    for (i, p) in parts.iter().enumerate() {
-        v[2 - i] = p.parse().with_context(|| {
-            format!("{what}: expected a non-negative integer, found {p:?} in {text:?}")
-        })?;
-    }
-    Ok(v)
 }
 
 fn error_json(e: &ErrorObject) -> Value {

@@ -4,6 +4,7 @@
 //! The HDF5 volumes are read one chunk row (along z) at a time, so memory stays at one slab.
 //! Sizes on the command line follow Neuroglancer's x,y,z order; see `ffn_io::precomputed`.
 
+use crate::args::{parse_triple, parse_xyz};
 use anyhow::{Context, Result, bail};
 use ffn_io::VolumeSpec;
 use ffn_io::export::{export_image, export_segmentation};
@@ -30,40 +31,19 @@ pub struct Args {
     pub chunk: String,
 }
 
-/// Parses `a,b,c` (Neuroglancer's x,y,z) and returns it as `[z, y, x]`.
-fn parse_xyz<T: std::str::FromStr>(flag: &str, text: &str) -> Result<[T; 3]> {
-    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-    let err = || anyhow::anyhow!("--{flag} {text:?}: expected three numbers x,y,z, e.g. 8,8,8");
-    if parts.len() != 3 {
-        return Err(err());
-    }
-    let v: Vec<T> = parts
-        .iter()
-        .map(|p| p.parse::<T>())
-        .collect::<Result<_, _>>()
-        .map_err(|_| err())?;
-    let mut it = v.into_iter();
-    let (x, y, z) = (
-        it.next().ok_or_else(err)?,
-        it.next().ok_or_else(err)?,
-        it.next().ok_or_else(err)?,
-    );
-    Ok([z, y, x])
-}
-
 /// Runs `ffn export`.
 pub fn run(args: Args) -> Result<()> {
     if args.image.is_none() && args.seg.is_none() {
         bail!("ffn export: nothing to export: give --image and/or --seg");
     }
-    let resolution: [f64; 3] = parse_xyz("resolution", &args.resolution)?;
+    let resolution: [f64; 3] = parse_triple(&args.resolution, "--resolution")?;
     if !resolution.iter().all(|r| r.is_finite() && *r > 0.0) {
         bail!(
             "--resolution {:?}: expected positive nanometres",
             args.resolution
         );
     }
-    let chunk: [usize; 3] = parse_xyz("chunk", &args.chunk)?;
+    let chunk: [usize; 3] = parse_xyz(&args.chunk, "--chunk")?;
     if chunk.contains(&0) {
         bail!("--chunk {:?}: expected every size >= 1", args.chunk);
     }
@@ -92,25 +72,4 @@ pub fn run(args: Args) -> Result<()> {
         args.out.display()
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn triples_are_read_as_xyz() {
-        assert_eq!(
-            parse_xyz::<usize>("chunk", "64, 32,16").unwrap(),
-            [16, 32, 64]
-        );
-        let e = parse_xyz::<usize>("chunk", "64,32")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("--chunk \"64,32\": expected three numbers"),
-            "{e}"
-        );
-        assert!(parse_xyz::<f64>("resolution", "8,8,x").is_err());
-    }
 }

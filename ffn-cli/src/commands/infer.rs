@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::Array3;
 use serde_json::{Value, json};
 
-use super::eval::parse_xyz;
+use crate::args::parse_xyz;
 
 /// Arguments of `ffn infer`.
 #[derive(clap::Args, Debug)]

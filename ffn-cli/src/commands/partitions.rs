@@ -4,40 +4,13 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use crate::args::{parse_f32_list, parse_xyz};
+use anyhow::{Context, Result};
 use ffn_core::training::partitions::{
     DEFAULT_MIN_SIZE, DEFAULT_THRESHOLDS, EXCLUDED, PartitionConfig, class_histogram,
     compute_partitions,
 };
 use ffn_io::VolumeSpec;
-
-/// Parses `x,y,z` (or a single value for all three) into `[z, y, x]`.
-pub fn parse_xyz(s: &str) -> Result<[usize; 3]> {
-    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-    let num = |p: &str| {
-        p.parse::<usize>()
-            .with_context(|| format!("'{p}' in '{s}' is not a non-negative integer"))
-    };
-    match parts.as_slice() {
-        [v] => {
-            let v = num(v)?;
-            Ok([v, v, v])
-        }
-        [x, y, z] => Ok([num(z)?, num(y)?, num(x)?]),
-        _ => bail!("'{s}': expected x,y,z (three integers) or one integer"),
-    }
-}
-
-/// Parses a comma-separated list of numbers.
-pub fn parse_f32_list(s: &str) -> Result<Vec<f32>> {
-    s.split(',')
-        .map(|p| {
-            p.trim()
-                .parse::<f32>()
-                .with_context(|| format!("'{p}' in '{s}' is not a number"))
-        })
-        .collect()
-}
 
 /// Arguments of `ffn partitions`.
 #[derive(clap::Args, Debug)]
@@ -63,10 +36,10 @@ pub struct Args {
 pub fn compute(args: &Args) -> Result<Vec<usize>> {
     let cfg = PartitionConfig {
         thresholds: match &args.thresholds {
-            Some(t) => parse_f32_list(t).context("--thresholds")?,
+            Some(t) => parse_f32_list(t, "--thresholds")?,
             None => DEFAULT_THRESHOLDS.to_vec(),
         },
-        lom_radius: parse_xyz(&args.lom_radius).context("--lom-radius")?,
+        lom_radius: parse_xyz(&args.lom_radius, "--lom-radius")?,
         min_size: args.min_size,
     };
     let labels = ffn_io::read_labels(&args.labels)?;

@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ffn_core::synth::{SynthConfig, generate};
 use ffn_io::VolumeSpec;
 
-use super::partitions::parse_xyz;
+use crate::args::parse_xyz;
 
 /// Arguments of `ffn synth`.
 #[derive(clap::Args, Debug)]
@@ -50,7 +50,7 @@ pub struct Args {
 impl Args {
     /// The generator configuration these arguments describe.
     pub fn config(&self) -> Result<SynthConfig> {
-        let shape = parse_xyz(&self.shape).context("--shape")?;
+        let shape = parse_xyz(&self.shape, "--shape")?;
         Ok(SynthConfig {
             shape,
             neurites: self.neurites,

@@ -15,9 +15,9 @@ use ffn_core::training::examples::FovPolicy;
 use ffn_io::training::{LogFormat, OptimizerKind, Start, TrainOptions, TrainingRun};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::coordinates::parse_named_spec;
 use super::dist_args::DistArgs;
-use super::partitions::{parse_f32_list, parse_xyz};
+use crate::args::parse_named_spec;
+use crate::args::{parse_f32_list, parse_xyz};
 
 /// Arguments of `ffn train`.
 #[derive(clap::Args, Debug, Clone)]
@@ -191,9 +191,7 @@ pub enum LogFormatArg {
 fn values(arg: &Option<String>, flag: &str) -> Result<Option<Vec<f64>>> {
     arg.as_deref()
         .map(|s| {
-            parse_f32_list(s)
-                .map(|v| v.into_iter().map(f64::from).collect())
-                .with_context(|| format!("--{flag}"))
+            parse_f32_list(s, &format!("--{flag}")).map(|v| v.into_iter().map(f64::from).collect())
         })
         .transpose()
 }
@@ -209,8 +207,8 @@ impl Args {
         let model = ModelConfig {
             depth: self.depth,
             features: self.features,
-            fov: parse_xyz(&self.fov).context("--fov")?,
-            deltas: parse_xyz(&self.deltas).context("--deltas")?,
+            fov: parse_xyz(&self.fov, "--fov")?,
+            deltas: parse_xyz(&self.deltas, "--deltas")?,
         };
         Ok(TrainOptions {
             resume: self.resume,
