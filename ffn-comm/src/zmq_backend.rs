@@ -119,7 +119,7 @@ impl ZmqComm {
             opts: opts.clone(),
             push: (0..n).map(|_| None).collect(),
             pull: (0..n).map(|_| None).collect(),
-            tag: fnv(opts.job_token.as_bytes()),
+            tag: ffn_core::hash::fnv1a(opts.job_token.as_bytes()),
             seq: 0,
             acc: Vec::new(),
             recv: Vec::new(),
@@ -701,12 +701,6 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
         .collect()
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod training;
 
 pub mod conv;
 pub mod error;
+pub mod hash;
 pub mod layers;
 pub mod loss;
 pub mod network;

@@ -12,7 +12,10 @@ pub fn sigmoid_ce(x: f32, z: f32) -> f64 {
     x.max(0.0) - x * z as f64 + libm::log1p(libm::exp(-x.abs()))
 }
 
-/// Logistic sigmoid, stable for large `|x|`.
+/// Logistic sigmoid `1 / (1 + exp(-x))`, computed as `exp(x) / (1 + exp(x))` for negative `x`.
+///
+/// The one sigmoid of ffn-core: the loss gradient, the probability map of inference
+/// ([`crate::inference::sigmoid`]) and [`crate::training::sigmoid`] all use it.
 pub fn sigmoid(x: f32) -> f32 {
     if x >= 0.0 {
         1.0 / (1.0 + libm::expf(-x))

@@ -45,10 +45,7 @@ pub fn logit(p: f64) -> f64 {
     libm::log(p / (1.0 - p))
 }
 
-/// `1 / (1 + exp(-x))`.
-pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + libm::expf(-x))
-}
+pub use crate::loss::sigmoid;
 
 /// The thresholds of [`InferenceOptions`] in logit space, as the canvas compares them.
 ///

@@ -92,17 +92,12 @@ impl RankScaling {
     }
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+use crate::hash::{FNV_OFFSET, FNV_PRIME};
 
-/// 64-bit FNV-1a of `bytes`: a stable fingerprint of a canonical configuration text.
+/// 64-bit FNV-1a of `bytes` ([`crate::hash::fnv1a`]): a stable fingerprint of a canonical
+/// configuration text.
 pub fn fingerprint(bytes: &[u8]) -> u64 {
-    let mut h = FNV_OFFSET;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    h
+    crate::hash::fnv1a(bytes)
 }
 
 /// An order-sensitive digest of the bit patterns of `params` (and their number): ranks whose

@@ -93,10 +93,7 @@ pub fn logit(p: f32) -> f32 {
     libm::logf(p / (1.0 - p))
 }
 
-/// `1 / (1 + exp(-x))`.
-pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + libm::expf(-x))
-}
+pub use crate::loss::sigmoid;
 
 pub(crate) fn invalid(
     field: &'static str,
