@@ -21,3 +21,6 @@ if command -v mpirun >/dev/null 2>&1; then
 else
   cargo run -p ffn-comm --example allreduce -- shm
 fi
+# Data-parallel training with the communicator chosen at run time: threads, then shm processes.
+cargo run -p ffn-comm --example train_data_parallel -- local 2
+cargo run -p ffn-comm --example train_data_parallel -- shm 2

@@ -3,37 +3,23 @@
 //! (`(i + 1) * n (n + 1) / 2`, exact in f32); a wrong sum or a failed collective exits non-zero.
 //!
 //! - shm: `cargo run -p ffn-comm --example allreduce -- shm [N]`: started without a launcher's rank
-//!   variables, the example starts N ranks (default 2) as child processes of itself, with the
-//!   variables `ffn launch` sets (`RANK`, `WORLD_SIZE`, `FFN_SHM_NAME`); also runs under `ffn launch`.
+//!   variables, the example starts N ranks (default 2) of itself with `ffn_comm::launch` (the
+//!   environment `ffn launch` sets); also runs under `ffn launch`.
 //! - mpi: `cargo build -p ffn-comm --features mpi --example allreduce`, then
 //!   `mpirun -n 2 target/debug/examples/allreduce mpi`.
+use ffn_comm::launch::{LaunchOptions, launch};
 use ffn_comm::{Backend, CommOptions, WorldInfo, connect};
-use std::process::Command;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let backend: Backend = args.get(1).map_or("shm", String::as_str).parse()?;
     if backend.uses_env_world() && WorldInfo::from_env()?.size == 1 {
         let n: usize = args.get(2).map_or(Ok(2), |s| s.parse())?;
-        let name = format!("ffn-allreduce-example-{}", std::process::id());
-        let children = (0..n)
-            .map(|rank| {
-                Command::new(std::env::current_exe()?)
-                    .arg(backend.name())
-                    .envs([("RANK", rank.to_string()), ("WORLD_SIZE", n.to_string())])
-                    .env("FFN_SHM_NAME", &name)
-                    .spawn()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let failed = children
-            .into_iter()
-            .map(|mut c| c.wait())
-            .filter(|s| !matches!(s, Ok(s) if s.success()))
-            .count();
-        return if failed == 0 {
-            Ok(())
-        } else {
-            Err(format!("{failed} of {n} ranks failed").into())
+        let args = vec![backend.name().to_string(), n.to_string()];
+        let code = launch(&LaunchOptions::new(std::env::current_exe()?, args, n))?;
+        return match code {
+            0 => Ok(()),
+            c => Err(format!("the job of {n} ranks failed (exit status {c})").into()),
         };
     }
     let mut comm = connect(backend, &CommOptions::from_env()?)?;
