@@ -16,6 +16,7 @@ pub mod error;
 pub mod export;
 pub mod heldout;
 pub mod labels;
+pub mod learning;
 pub mod model;
 pub mod normalisation;
 pub mod plot;
