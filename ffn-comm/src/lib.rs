@@ -40,6 +40,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod conformance;
 pub mod data_parallel;
 pub mod env;

@@ -11,8 +11,8 @@
 //! Rank 0 prints one line (or one JSON object per line with `--json`) per size.
 
 use anyhow::{Context, Result, bail, ensure};
+use ffn_comm::bench::{AllreduceSample, time_allreduce};
 use ffn_comm::{Backend, CommOptions, Communicator};
-use std::time::Instant;
 
 /// Arguments of `ffn bench comm`.
 #[derive(clap::Args, Debug, Clone)]
@@ -33,14 +33,6 @@ pub struct Args {
     /// Print one JSON object per line.
     #[arg(long)]
     json: bool,
-}
-
-/// One measured size.
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    bytes: usize,
-    iters: usize,
-    time_s: f64,
 }
 
 /// Runs the benchmark (spawning ranks when needed).
@@ -64,7 +56,7 @@ pub fn run(args: Args) -> Result<()> {
             match backend {
                 Backend::Local => {
                     let results = ffn_comm::local::LocalComm::run(args.ranks, |c| {
-                        measure(c, &sizes, args.seconds)
+                        time_allreduce(c, &sizes, args.seconds)
                     })?;
                     report(&args, &results[0]);
                     Ok(())
@@ -99,7 +91,7 @@ fn run_env_ranks(args: &Args, backend: Backend, sizes: &[usize]) -> Result<()> {
         args.ranks,
         comm.size()
     );
-    let samples = measure(comm.as_mut(), sizes, args.seconds)?;
+    let samples = time_allreduce(comm.as_mut(), sizes, args.seconds)?;
     if comm.rank() == 0 {
         report(args, &samples);
     }
@@ -160,9 +152,9 @@ fn run_mpi(args: &Args, sizes: &[usize], raw: bool) -> Result<()> {
         comm.size()
     );
     let samples = if raw {
-        measure_raw(&mut comm, sizes, args.seconds)?
+        ffn_comm::bench::time_raw_mpi_allreduce(&mut comm, sizes, args.seconds)?
     } else {
-        measure(&mut comm, sizes, args.seconds)?
+        time_allreduce(&mut comm, sizes, args.seconds)?
     };
     if comm.rank() == 0 {
         report(args, &samples);
@@ -179,70 +171,7 @@ fn run_mpi(_args: &Args, _sizes: &[usize], _raw: bool) -> Result<()> {
     .into())
 }
 
-/// Times `allreduce_sum` at every size.
-fn measure<C: Communicator + ?Sized>(
-    comm: &mut C,
-    sizes: &[usize],
-    seconds: f64,
-) -> Result<Vec<Sample>> {
-    let mut out = Vec::new();
-    for &bytes in sizes {
-        let mut buf = vec![1.0f32; bytes / 4];
-        let mut op = |c: &mut C| c.allreduce_sum(&mut buf);
-        out.push(time_op(comm, bytes, seconds, &mut op)?);
-    }
-    Ok(out)
-}
-
-/// Times the library's own `MPI_Allreduce` at every size.
-#[cfg(feature = "mpi")]
-fn measure_raw(
-    comm: &mut ffn_comm::mpi_backend::MpiComm,
-    sizes: &[usize],
-    seconds: f64,
-) -> Result<Vec<Sample>> {
-    let mut out = Vec::new();
-    for &bytes in sizes {
-        let send = vec![1.0f32; bytes / 4];
-        let mut recv = vec![0.0f32; bytes / 4];
-        let mut op = |c: &mut ffn_comm::mpi_backend::MpiComm| c.raw_allreduce(&send, &mut recv);
-        out.push(time_op(comm, bytes, seconds, &mut op)?);
-    }
-    Ok(out)
-}
-
-/// Warms up, picks an iteration count (rank 0 decides, everyone follows), and times the loop.
-fn time_op<C: Communicator + ?Sized>(
-    comm: &mut C,
-    bytes: usize,
-    seconds: f64,
-    op: &mut dyn FnMut(&mut C) -> Result<(), ffn_comm::CommError>,
-) -> Result<Sample> {
-    op(comm)?;
-    comm.barrier()?;
-    let t = Instant::now();
-    op(comm)?;
-    let once = t.elapsed().as_secs_f64().max(1e-7);
-    let mut iters = ((seconds / once).ceil() as u64)
-        .clamp(3, 100_000)
-        .to_le_bytes();
-    comm.broadcast_bytes(&mut iters, 0)?;
-    let iters = u64::from_le_bytes(iters);
-    comm.barrier()?;
-    let t = Instant::now();
-    for _ in 0..iters {
-        op(comm)?;
-    }
-    comm.barrier()?;
-    let time_s = t.elapsed().as_secs_f64() / iters as f64;
-    Ok(Sample {
-        bytes,
-        iters: iters as usize,
-        time_s,
-    })
-}
-
-fn report(args: &Args, samples: &[Sample]) {
+fn report(args: &Args, samples: &[AllreduceSample]) {
     let n = args.ranks as f64;
     if !args.json {
         println!(
