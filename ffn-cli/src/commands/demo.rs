@@ -27,7 +27,6 @@ use ndarray::s;
 use super::heldout::{HeldOut, Scored, context_region};
 use super::partitions::parse_xyz;
 use super::train;
-use crate::plot;
 
 /// Arguments of `ffn demo`.
 #[derive(clap::Args, Debug)]
@@ -266,7 +265,11 @@ pub fn run(args: Args) -> Result<()> {
         panels.push(&r.segmentation[z * plane..(z + 1) * plane]);
     }
     let overlay = out.join("overlay.png");
-    plot::slice_overlays(&overlay, shape[2], shape[1], &grey, &panels, 3)?;
+    let (rgb, w, h) = ffn_core::segmentation::overlay::overlay_panels(
+        &grey, &panels, shape[2], shape[1], 0.5, 3, 4,
+    )
+    .context("drawing the overlay")?;
+    ffn_io::write_rgb_png(&overlay, w, h, &rgb)?;
 
     println!();
     if let (Some(a), Some(b)) = (summary.rows.first(), summary.rows.last()) {

@@ -15,7 +15,6 @@ mod import;
 mod infer;
 mod inspect;
 mod launch;
-mod normalisation;
 pub mod partitions;
 mod selfcheck;
 pub mod synth;
