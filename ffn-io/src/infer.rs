@@ -223,8 +223,10 @@ mod tests {
         spec
     }
 
-    fn oracle_options(image: VolumeSpec, out: VolumeSpec) -> InferOptions {
-        let mut o = InferOptions::new(image, out);
+    /// Options segmenting [`two_boxes`] in `dir` into `seg.h5:seg` with the oracle.
+    fn oracle_options(dir: &std::path::Path) -> InferOptions {
+        let out = VolumeSpec::new(dir.join("seg.h5"), "seg");
+        let mut o = InferOptions::new(two_boxes(dir), out);
         // Identity normalisation: the oracle compares raw label ids.
         o.normalisation.given = (Some(0.0), Some(1.0));
         o.segment = LabelOracle::exhaustive_options();
@@ -234,9 +236,8 @@ mod tests {
     #[test]
     fn a_volume_on_disk_is_segmented_and_written() {
         let dir = tempfile::tempdir().unwrap();
-        let image = two_boxes(dir.path());
-        let out = VolumeSpec::new(dir.path().join("seg.h5"), "seg");
-        let mut opts = oracle_options(image, out.clone());
+        let mut opts = oracle_options(dir.path());
+        let out = opts.out.clone();
         opts.prob_out = Some(VolumeSpec::new(dir.path().join("seg.h5"), "prob"));
         let mut events = 0;
         let done = infer_volume(&opts, &mut LabelOracle { fov: [5, 5, 5] }, &mut |_| {
@@ -257,9 +258,8 @@ mod tests {
     #[test]
     fn a_box_and_seeds_only_write_seeds_in_image_coordinates() {
         let dir = tempfile::tempdir().unwrap();
-        let image = two_boxes(dir.path());
-        let out = VolumeSpec::new(dir.path().join("seg.h5"), "seg");
-        let mut opts = oracle_options(image, out.clone());
+        let mut opts = oracle_options(dir.path());
+        let out = opts.out.clone();
         opts.region = Some(([1, 2, 3], [5, 5, 5]));
         opts.segment.seeds = SeedPolicy::List(vec![[2, 2, 2]]);
         opts.seeds_out = Some(dir.path().join("seeds.txt"));
