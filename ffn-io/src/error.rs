@@ -9,6 +9,32 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum IoError {
+    /// An option of an inference or tiling run that cannot work.
+    #[error("{field}: expected {expected}, found {found}")]
+    InvalidOption {
+        /// The option, e.g. `tile_overlap` (the CLI's flag names map to these).
+        field: String,
+        /// What would be accepted.
+        expected: String,
+        /// What was given.
+        found: String,
+    },
+    /// Flood-fill inference failed on a volume or tile (`what` names which).
+    #[error("{what}: {source}")]
+    Inference {
+        /// The volume, region or tile being segmented.
+        what: String,
+        /// The core error.
+        source: ffn_core::inference::InferenceError,
+    },
+    /// Tiling or reconciliation failed (`what` names the plan, store or tile).
+    #[error("{what}: {source}")]
+    Segmentation {
+        /// The plan, store or tile.
+        what: String,
+        /// The core error.
+        source: ffn_core::segmentation::SegmentationError,
+    },
     /// The file does not exist.
     #[error("{path}: file not found")]
     NotFound {
@@ -236,4 +262,13 @@ pub(crate) fn one_line(text: &str) -> String {
         .filter(|s| !s.is_empty())
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+impl From<ffn_core::segmentation::SegmentationError> for IoError {
+    fn from(source: ffn_core::segmentation::SegmentationError) -> Self {
+        Self::Segmentation {
+            what: "reconciling tiles".into(),
+            source,
+        }
+    }
 }

@@ -10,11 +10,9 @@ use std::time::Instant;
 
 use crate::{TrainingNormalisation, VolumeSpec};
 use anyhow::Result;
-use ffn_core::inference::{Canvas, InferenceOptions, normalize_image, seeds};
+use ffn_core::inference::{InferenceOptions, SeedPolicy, SegmentOptions, normalize_image, segment};
 use ffn_core::metrics::{MetricOptions, Scores, evaluate};
 use ffn_core::network::ConvStack3d;
-
-use crate::normalisation;
 
 /// The context region's raw image and the box's labels, `[z][y][x]`.
 pub struct HeldOut {
@@ -103,26 +101,33 @@ impl HeldOut {
         trained: Option<TrainingNormalisation>,
         min_segment_size: usize,
     ) -> Result<Scored> {
-        let norm = normalisation::choose((None, None), (None, None), trained, || {
-            Ok(ffn_core::inference::mean_stddev(self.raw.iter().copied()))
-        })?;
+        let norm = crate::NormalisationChoice {
+            trained,
+            ..Default::default()
+        }
+        .resolve(|| Ok(ffn_core::inference::mean_stddev(self.raw.iter().copied())))?;
         let mut image = vec![0f32; self.raw.len()];
         normalize_image(&self.raw, norm.mean, norm.stddev, &mut image);
-        let (fov, deltas) = (net.config().fov, net.config().deltas);
-        let opts = InferenceOptions {
-            min_segment_size,
-            ..InferenceOptions::default()
+        let options = SegmentOptions {
+            deltas: net.config().deltas,
+            seeds: SeedPolicy::default(),
+            inference: InferenceOptions {
+                min_segment_size,
+                ..InferenceOptions::default()
+            },
         };
         let t = Instant::now();
-        let mut canvas = Canvas::new(&image, self.context_shape, fov, deltas, opts)
-            .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
-        let points =
-            seeds::policy_peaks(&image, self.context_shape, &seeds::PeaksOptions::default());
         let clock = move || t.elapsed().as_secs_f64();
-        canvas
-            .segment_all(&points, &mut net, &clock, &mut |_| {})
-            .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
-        let segmentation = self.crop_to_box(&canvas.segmentation());
+        let seg = segment(
+            &image,
+            self.context_shape,
+            &mut net,
+            &options,
+            &clock,
+            &mut |_| {},
+        )
+        .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
+        let segmentation = self.crop_to_box(&seg.labels);
         let mut s = self.score(segmentation)?;
         s.seconds = t.elapsed().as_secs_f64();
         Ok(s)

@@ -1,6 +1,7 @@
 //! # ffn-io
 //!
-//! Files and formats of ffn-rs: HDF5 volumes, image stacks, label maps, checkpoints and configs.
+//! Files and formats of ffn-rs: HDF5 volumes, image stacks, label maps, checkpoints and configs;
+//! inference of a volume on disk ([`infer`]) and tiled inference over a tile store ([`tiled`]).
 //!
 //! Volumes are named `file.h5:dataset` (as in google/ffn) and stored with axes **z, y, x**. Every
 //! function returns [`IoError`], whose message is one line naming the file (and dataset, tensor or
@@ -15,22 +16,28 @@ pub mod crc32c;
 pub mod error;
 pub mod export;
 pub mod heldout;
+pub mod infer;
 pub mod labels;
 pub mod learning;
 pub mod model;
 pub mod normalisation;
 pub mod plot;
+pub mod picture;
 pub mod precomputed;
 pub mod request;
 pub mod stack;
 pub mod tf_bundle;
 pub mod tile_store;
 pub mod training;
+pub mod tiled;
 pub mod volume;
 
 pub use checkpoint::{Checkpoint, load_checkpoint, save_checkpoint};
 pub use error::IoError;
+pub use infer::{InferEvent, InferOptions, InferOutcome, infer_volume};
 pub use model::{LoadedModel, TrainingNormalisation, load_any_model, load_model};
+pub use normalisation::{ChosenNormalisation, NormalisationChoice};
+pub use picture::write_rgb_png;
 pub use request::{InferenceRequest, load_inference_request, parse_inference_request};
 pub use volume::{
     VolumeSpec, check_same_shape, dataset_dtype, dataset_shape, list_datasets, read_image_f32,

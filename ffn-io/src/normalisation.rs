@@ -1,9 +1,9 @@
-//! Which image normalisation inference uses: a flag, else the request, else what the model's
-//! checkpoint records from training, else google/ffn's 128 / 33 — and where it came from, so that
-//! `ffn infer` and `ffn infer-tiled` can say so.
+//! Which image normalisation inference uses: a value given by the caller (the command line), else
+//! the request, else what the model's checkpoint records from training, else google/ffn's 128 / 33
+//! — and where it came from, so that `ffn infer` and `ffn infer-tiled` can say so.
 
-use crate::TrainingNormalisation;
-use anyhow::{Result, bail};
+use crate::error::IoError;
+use crate::model::TrainingNormalisation;
 
 /// The chosen `(x - mean) / stddev` and a phrase naming its source.
 #[derive(Clone, Debug, PartialEq)]
@@ -16,64 +16,85 @@ pub struct ChosenNormalisation {
     pub source: String,
 }
 
-/// Resolves the normalisation: `flag` (mean, stddev) > `request` > the checkpoint's `trained`
-/// record > 128 / 33. Mean and stddev are resolved separately, as flags override single fields.
-/// `image_stats` computes the image's own mean and stddev, used when the model was trained with
-/// per-volume statistics (and nothing overrides them).
-pub fn choose(
-    flag: (Option<f32>, Option<f32>),
-    request: (Option<f32>, Option<f32>),
-    trained: Option<TrainingNormalisation>,
-    image_stats: impl FnOnce() -> Result<(f64, f64)>,
-) -> Result<ChosenNormalisation> {
-    let from_model = match trained {
-        Some(TrainingNormalisation::Fixed { mean, stddev }) => Some((
-            mean as f32,
-            stddev as f32,
-            "the checkpoint (the mean and stddev the model was trained with)",
-        )),
-        Some(TrainingNormalisation::PerVolume)
-            if flag.0.or(request.0).is_none() || flag.1.or(request.1).is_none() =>
-        {
-            let (m, s) = image_stats()?;
-            Some((
-                m as f32,
-                s as f32,
-                "this image's own statistics (the checkpoint says each training volume was normalised by its own)",
-            ))
+/// The candidates for the normalisation, in order of precedence: `given` (mean, stddev) >
+/// `request` > the checkpoint's `trained` record > 128 / 33. Mean and stddev are resolved
+/// separately, as a caller may override one field only.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NormalisationChoice {
+    /// Values given by the user (the command line).
+    pub given: (Option<f32>, Option<f32>),
+    /// Values of a google/ffn inference request.
+    pub request: (Option<f32>, Option<f32>),
+    /// What the model's checkpoint says about its training volumes.
+    pub trained: Option<TrainingNormalisation>,
+}
+
+impl NormalisationChoice {
+    /// Resolves the normalisation. `image_stats` computes the image's own mean and stddev, called
+    /// only when the model was trained with per-volume statistics and nothing overrides them. A
+    /// stddev that is not positive or a mean that is not finite is an error naming its source.
+    pub fn resolve(
+        &self,
+        image_stats: impl FnOnce() -> Result<(f64, f64), IoError>,
+    ) -> Result<ChosenNormalisation, IoError> {
+        let (flag, request) = (self.given, self.request);
+        let from_model = match self.trained {
+            Some(TrainingNormalisation::Fixed { mean, stddev }) => Some((
+                mean as f32,
+                stddev as f32,
+                "the checkpoint (the mean and stddev the model was trained with)",
+            )),
+            Some(TrainingNormalisation::PerVolume)
+                if flag.0.or(request.0).is_none() || flag.1.or(request.1).is_none() =>
+            {
+                let (m, s) = image_stats()?;
+                Some((
+                    m as f32,
+                    s as f32,
+                    "this image's own statistics (the checkpoint says each training volume was normalised by its own)",
+                ))
+            }
+            _ => None,
+        };
+        let pick = |f: Option<f32>, r: Option<f32>, m: Option<f32>, default: f32| match (f, r, m) {
+            (Some(v), _, _) => (v, "the command line"),
+            (None, Some(v), _) => (v, "the request"),
+            (None, None, Some(v)) => (v, "model"),
+            (None, None, None) => (default, "google/ffn's default"),
+        };
+        let model_source = from_model.map(|(_, _, s)| s).unwrap_or("");
+        let (mean, mean_src) = pick(flag.0, request.0, from_model.map(|m| m.0), 128.0);
+        let (stddev, std_src) = pick(flag.1, request.1, from_model.map(|m| m.1), 33.0);
+        if !(stddev > 0.0 && stddev.is_finite()) {
+            return Err(IoError::InvalidOption {
+                field: "image stddev".into(),
+                expected: "a positive number".into(),
+                found: format!("{stddev} (from {std_src})"),
+            });
         }
-        _ => None,
-    };
-    let pick = |f: Option<f32>, r: Option<f32>, m: Option<f32>, default: f32| match (f, r, m) {
-        (Some(v), _, _) => (v, "the command line"),
-        (None, Some(v), _) => (v, "the request"),
-        (None, None, Some(v)) => (v, "model"),
-        (None, None, None) => (default, "google/ffn's default"),
-    };
-    let model_source = from_model.map(|(_, _, s)| s).unwrap_or("");
-    let (mean, mean_src) = pick(flag.0, request.0, from_model.map(|m| m.0), 128.0);
-    let (stddev, std_src) = pick(flag.1, request.1, from_model.map(|m| m.1), 33.0);
-    if !(stddev > 0.0 && stddev.is_finite()) {
-        bail!("image stddev: expected a positive number, found {stddev} (from {std_src})");
+        if !mean.is_finite() {
+            return Err(IoError::InvalidOption {
+                field: "image mean".into(),
+                expected: "a finite number".into(),
+                found: format!("{mean} (from {mean_src})"),
+            });
+        }
+        let name = |s: &'static str| if s == "model" { model_source } else { s };
+        let source = if mean_src == std_src {
+            format!("from {}", name(mean_src))
+        } else {
+            format!(
+                "mean from {}, stddev from {}",
+                name(mean_src),
+                name(std_src)
+            )
+        };
+        Ok(ChosenNormalisation {
+            mean,
+            stddev,
+            source,
+        })
     }
-    if !mean.is_finite() {
-        bail!("image mean: expected a finite number, found {mean} (from {mean_src})");
-    }
-    let name = |s: &'static str| if s == "model" { model_source } else { s };
-    let source = if mean_src == std_src {
-        format!("from {}", name(mean_src))
-    } else {
-        format!(
-            "mean from {}, stddev from {}",
-            name(mean_src),
-            name(std_src)
-        )
-    };
-    Ok(ChosenNormalisation {
-        mean,
-        stddev,
-        source,
-    })
 }
 
 #[cfg(test)]
@@ -85,7 +106,21 @@ mod tests {
         stddev: 30.0,
     });
 
-    fn no_stats() -> Result<(f64, f64)> {
+    fn choose(
+        given: (Option<f32>, Option<f32>),
+        request: (Option<f32>, Option<f32>),
+        trained: Option<TrainingNormalisation>,
+        stats: impl FnOnce() -> Result<(f64, f64), IoError>,
+    ) -> Result<ChosenNormalisation, IoError> {
+        NormalisationChoice {
+            given,
+            request,
+            trained,
+        }
+        .resolve(stats)
+    }
+
+    fn no_stats() -> Result<(f64, f64), IoError> {
         panic!("image statistics not needed here")
     }
 

@@ -1,11 +1,9 @@
 //! Tiny PNG figures without a plotting library: training curves (line plots with axis ranges written
-//! in a 3x5 pixel font) and slice overlays of segmentations on the image.
+//! in a 3x5 pixel font). Slice overlays of segmentations are `ffn_core::segmentation::overlay`.
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 /// An RGB raster.
 pub struct Canvas {
@@ -146,21 +144,8 @@ impl Canvas {
 
     /// Writes an RGB PNG.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        let mut enc = png::Encoder::new(BufWriter::new(file), self.w as u32, self.h as u32);
-        enc.set_color(png::ColorType::Rgb);
-        enc.set_depth(png::BitDepth::Eight);
-        let mut writer = enc
-            .write_header()
-            .with_context(|| format!("writing {}", path.display()))?;
         let data: Vec<u8> = self.px.iter().flatten().copied().collect();
-        writer
-            .write_image_data(&data)
-            .with_context(|| format!("writing {}", path.display()))?;
-        writer
-            .finish()
-            .with_context(|| format!("writing {}", path.display()))?;
-        Ok(())
+        Ok(ffn_io::write_rgb_png(path, self.w, self.h, &data)?)
     }
 }
 
@@ -312,57 +297,6 @@ pub fn grid(path: &Path, panels: &[Panel], caption: &str) -> Result<()> {
     c.save(path)
 }
 
-/// A distinct colour per object id (0 gets none).
-fn colour(id: u64) -> [u8; 3] {
-    let mut h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    h ^= h >> 29;
-    let c = [
-        (h & 0xff) as u8,
-        (h >> 8 & 0xff) as u8,
-        (h >> 16 & 0xff) as u8,
-    ];
-    // Keep colours bright enough to see on dark membranes.
-    c.map(|v| 64 + v / 4 * 3)
-}
-
-/// Writes panels side by side: the grey slice, then each labelling blended over it (`h x w`,
-/// row-major), each panel scaled by `zoom`.
-pub fn slice_overlays(
-    path: &Path,
-    w: usize,
-    h: usize,
-    grey: &[u8],
-    labels: &[&[u64]],
-    zoom: usize,
-) -> Result<()> {
-    let zoom = zoom.max(1);
-    let (pw, ph) = (w * zoom, h * zoom);
-    let gap = 4;
-    let n = 1 + labels.len();
-    let mut c = Canvas::new(n * pw + (n - 1) * gap, ph, [255, 255, 255]);
-    for p in 0..n {
-        for y in 0..ph {
-            for x in 0..pw {
-                let i = (y / zoom) * w + x / zoom;
-                let g = grey[i];
-                let px = if p == 0 {
-                    [g, g, g]
-                } else {
-                    let id = labels[p - 1][i];
-                    if id == 0 {
-                        [g / 2, g / 2, g / 2]
-                    } else {
-                        let col = colour(id);
-                        [0, 1, 2].map(|k| ((col[k] as u16 + g as u16) / 2) as u8)
-                    }
-                };
-                c.set((p * (pw + gap) + x) as i64, y as i64, px);
-            }
-        }
-    }
-    c.save(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,21 +321,6 @@ mod tests {
         assert_eq!(
             u32::from_be_bytes([bytes[20], bytes[21], bytes[22], bytes[23]]),
             520
-        );
-        let q = dir.path().join("slice.png");
-        slice_overlays(
-            &q,
-            3,
-            2,
-            &[0, 50, 100, 150, 200, 250],
-            &[&[0, 1, 1, 2, 2, 2]],
-            2,
-        )
-        .unwrap();
-        let bytes = std::fs::read(&q).unwrap();
-        assert_eq!(
-            u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]),
-            2 * 6 + 4
         );
     }
 }

@@ -29,7 +29,6 @@ use ndarray::s;
 
 use crate::args::parse_xyz;
 use ffn_io::heldout::{HeldOut, Scored, context_region};
-use ffn_io::plot;
 
 /// Arguments of `ffn demo`.
 #[derive(clap::Args, Debug)]
@@ -267,7 +266,11 @@ pub fn run(args: Args) -> Result<()> {
         panels.push(&r.segmentation[z * plane..(z + 1) * plane]);
     }
     let overlay = out.join("overlay.png");
-    plot::slice_overlays(&overlay, shape[2], shape[1], &grey, &panels, 3)?;
+    let (rgb, w, h) = ffn_core::segmentation::overlay::overlay_panels(
+        &grey, &panels, shape[2], shape[1], 0.5, 3, 4,
+    )
+    .context("drawing the overlay")?;
+    ffn_io::write_rgb_png(&overlay, w, h, &rgb)?;
 
     println!();
     if let (Some(a), Some(b)) = (summary.rows.first(), summary.rows.last()) {

@@ -1,5 +1,8 @@
 //! `ffn infer`: flood-filling inference of one volume (or a crop of it) with a trained model.
 //!
+//! The work is [`ffn_io::infer_volume`] (read, normalise, [`ffn_core::inference::segment`],
+//! write); this module turns flags and the request into its options and prints the summary.
+//!
 //! Settings come from flags, optionally over a google/ffn `InferenceRequest` (`--request
 //! file.pbtxt`): flags win. Outputs: the segmentation (smallest unsigned type that fits), a JSON
 //! file with origins and counters, and optionally the quantised probability map.
@@ -8,13 +11,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use ffn_core::inference::seeds::{GRID_OFFSETS, PeaksOptions, policy_grid, policy_peaks};
-use ffn_core::inference::{Canvas, Counters, InferenceOptions, normalize_image};
+use ffn_core::inference::seeds::PeaksOptions;
+use ffn_core::inference::{Counters, InferenceOptions, SeedPolicy, SegmentOptions};
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::ConvStack3d;
-use ffn_io::{InferenceRequest, VolumeSpec};
+use ffn_io::tile_store::write_atomic;
+use ffn_io::{
+    InferEvent, InferOptions, InferenceRequest, NormalisationChoice, VolumeSpec, infer_volume,
+};
 use indicatif::{ProgressBar, ProgressStyle};
-use ndarray::Array3;
 use serde_json::{Value, json};
 
 use crate::args::parse_xyz;
@@ -246,7 +251,7 @@ pub fn run(args: Args) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", ckpt.display()))?;
     net.set_conv_algorithm(args.conv);
 
-    // Image (optionally a crop), normalised.
+    // The box, the options (defaults < request < flags) and the seeds.
     let full = ffn_io::dataset_shape(&image_spec)?;
     let (offset, shape) = parse_box(
         args.offset.as_deref(),
@@ -254,27 +259,6 @@ pub fn run(args: Args) -> Result<()> {
         full,
         &image_spec,
     )?;
-    let raw = ffn_io::read_image_f32_region(&image_spec, offset, shape)?;
-    let norm = ffn_io::normalisation::choose(
-        (args.image_mean, args.image_stddev),
-        (
-            req.as_ref().and_then(|r| r.image_mean),
-            req.as_ref().and_then(|r| r.image_stddev),
-        ),
-        trained_norm,
-        || Ok(ffn_core::inference::mean_stddev(raw.iter().copied())),
-    )?;
-    let (mean, stddev) = (norm.mean, norm.stddev);
-    eprintln!(
-        "image normalisation: (x - {mean}) / {stddev}, {}",
-        norm.source
-    );
-    let raw: Vec<f32> = raw.iter().copied().collect();
-    let mut image = vec![0f32; raw.len()];
-    normalize_image(&raw, mean, stddev, &mut image);
-    drop(raw);
-
-    // Options: defaults < request < flags.
     let mut opts = req.as_ref().map(|r| r.options.clone()).unwrap_or_default();
     if let Some(v) = args.init_activation {
         opts.init_activation = v;
@@ -297,10 +281,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.no_disco {
         opts.disco_seed_threshold = -1.0;
     }
-    opts.keep_probability_map = prob_spec.is_some();
     let opts_json = options_json(&opts);
-
-    // Seeds.
     let policy = match (
         &args.seeds,
         &args.seed_policy,
@@ -311,58 +292,57 @@ pub fn run(args: Args) -> Result<()> {
         (None, None, Some(p)) => p.to_string(),
         _ => "peaks".to_string(),
     };
-    let t_seeds = Instant::now();
-    let seeds: Vec<[usize; 3]> = match policy.as_str() {
-        "peaks" | "PolicyPeaks" => policy_peaks(&image, shape, &PeaksOptions::default()),
+    let seed_policy = match policy.as_str() {
+        "peaks" | "PolicyPeaks" => SeedPolicy::Peaks(PeaksOptions::default()),
         "grid" | "PolicyGrid3d" => {
             let step = args
                 .grid_step
                 .or(policy_args_usize(req.as_ref(), "step")?)
                 .unwrap_or(16);
-            policy_grid(shape, step, &GRID_OFFSETS)
+            if step == 0 {
+                bail!("--grid-step 0 (or request seed_policy_args.step): expected at least 1");
+            }
+            SeedPolicy::Grid { step }
         }
         "list" => {
             let p = args
                 .seeds
                 .as_ref()
                 .context("--seed-policy list needs --seeds FILE")?;
-            read_seed_list(p, offset, shape)?
+            SeedPolicy::List(read_seed_list(p, offset, shape)?)
         }
         other => bail!(
             "seed policy {other:?}: expected peaks (PolicyPeaks), grid (PolicyGrid3d) or list"
         ),
     };
-    let seeds_s = t_seeds.elapsed().as_secs_f64();
-    if let Some(p) = &args.seeds_out {
-        let text: String = seeds
-            .iter()
-            .map(|s| {
-                format!(
-                    "{},{},{}\n",
-                    s[2] + offset[2],
-                    s[1] + offset[1],
-                    s[0] + offset[0]
-                )
-            })
-            .collect();
-        std::fs::write(p, text).with_context(|| format!("writing seeds to {}", p.display()))?;
-        if args.seeds_only {
-            println!(
-                "{} seeds ({policy}, {seeds_s:.1} s) written to {}",
-                seeds.len(),
-                p.display()
-            );
-            return Ok(());
-        }
-    }
+    let infer_opts = InferOptions {
+        image: image_spec.clone(),
+        out: out_spec.clone(),
+        prob_out: prob_spec,
+        region: Some((offset, shape)),
+        normalisation: NormalisationChoice {
+            given: (args.image_mean, args.image_stddev),
+            request: (
+                req.as_ref().and_then(|r| r.image_mean),
+                req.as_ref().and_then(|r| r.image_stddev),
+            ),
+            trained: trained_norm,
+        },
+        segment: SegmentOptions {
+            deltas: cfg.deltas,
+            seeds: seed_policy,
+            inference: opts,
+        },
+        seeds_out: args.seeds_out.clone(),
+        seeds_only: args.seeds_only,
+    };
 
-    let mut canvas = Canvas::new(&image, shape, cfg.fov, cfg.deltas, opts)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Inference, with a progress bar.
     let total_voxels = (shape[0] * shape[1] * shape[2]) as f64;
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(seeds.len() as u64)
+        ProgressBar::new(0)
     };
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] seeds {pos}/{len} {msg}")
@@ -370,43 +350,50 @@ pub fn run(args: Args) -> Result<()> {
             .progress_chars("=> "),
     );
     let t0 = Instant::now();
-    let clock = move || t0.elapsed().as_secs_f64();
     let mut last_seeds = u64::MAX;
-    let mut on_progress = |c: &Counters| {
-        // Called after every prediction and every seed: redraw on new seeds and every 8 calls.
-        if c.seeds_done == last_seeds && !c.predict_calls.is_multiple_of(8) {
-            return;
+    let mut on_event = |e: InferEvent<'_>| match e {
+        InferEvent::Normalised(n) => eprintln!(
+            "image normalisation: (x - {}) / {}, {}",
+            n.mean, n.stddev, n.source
+        ),
+        InferEvent::Seeds { count, .. } => bar.set_length(count as u64),
+        InferEvent::Progress(c) => {
+            // Called after every prediction and every seed: redraw on new seeds and every 8 calls.
+            if c.seeds_done == last_seeds && !c.predict_calls.is_multiple_of(8) {
+                return;
+            }
+            last_seeds = c.seeds_done;
+            let secs = t0.elapsed().as_secs_f64().max(1e-9);
+            bar.set_position(c.seeds_done);
+            bar.set_message(format!(
+                "segments {} covered {:.1}% predict {} ({:.1}/s)",
+                c.segments,
+                100.0 * c.voxels_segmented as f64 / total_voxels,
+                c.predict_calls,
+                c.predict_calls as f64 / secs
+            ));
         }
-        last_seeds = c.seeds_done;
-        let secs = t0.elapsed().as_secs_f64().max(1e-9);
-        bar.set_position(c.seeds_done);
-        bar.set_message(format!(
-            "segments {} covered {:.1}% predict {} ({:.1}/s)",
-            c.segments,
-            100.0 * c.voxels_segmented as f64 / total_voxels,
-            c.predict_calls,
-            c.predict_calls as f64 / secs
-        ));
+        _ => {}
     };
-    canvas
-        .segment_all(&seeds, &mut net, &clock, &mut on_progress)
-        .map_err(|e| anyhow::anyhow!("inference: {e}"))?;
-    let wall = t0.elapsed().as_secs_f64();
+    let done = infer_volume(&infer_opts, &mut net, &mut on_event)?;
     bar.finish_and_clear();
+    let (seeds, seeds_s) = (done.seeds.len(), done.seed_seconds);
+    let Some(seg) = done.segmentation else {
+        if let Some(p) = &args.seeds_out {
+            println!(
+                "{seeds} seeds ({policy}, {seeds_s:.1} s) written to {}",
+                p.display()
+            );
+        }
+        return Ok(());
+    };
+    let (wall, norm) = (done.seconds, &done.normalisation);
 
     // Outputs.
-    let seg = Array3::from_shape_vec((shape[0], shape[1], shape[2]), canvas.segmentation())
-        .context("segmentation shape")?;
-    ffn_io::write_labels(&out_spec, &seg)?;
-    if let (Some(ps), Some(prob)) = (&prob_spec, canvas.probability_map()) {
-        let p = Array3::from_shape_vec((shape[0], shape[1], shape[2]), prob.to_vec())
-            .context("probability map shape")?;
-        ffn_io::write_image_u8(ps, &p)?;
-    }
-    let c = canvas.counters().clone();
+    let c = seg.counters;
     let xyz = |p: [usize; 3]| json!([p[2] + offset[2], p[1] + offset[1], p[0] + offset[0]]);
-    let origins: Vec<Value> = canvas
-        .origins()
+    let origins: Vec<Value> = seg
+        .origins
         .iter()
         .map(|o| json!({"id": o.id, "seed_xyz": xyz(o.seed), "iterations": o.iterations, "time_s": o.time_s, "voxels": o.voxels}))
         .collect();
@@ -419,12 +406,12 @@ pub fn run(args: Args) -> Result<()> {
                   "fov_xyz": [cfg.fov[2], cfg.fov[1], cfg.fov[0]], "deltas_xyz": [cfg.deltas[2], cfg.deltas[1], cfg.deltas[0]]},
         "offset_xyz": [offset[2], offset[1], offset[0]],
         "size_xyz": [shape[2], shape[1], shape[0]],
-        "image_mean": mean,
-        "image_stddev": stddev,
+        "image_mean": norm.mean,
+        "image_stddev": norm.stddev,
         "image_normalisation_source": norm.source,
         "options": opts_json,
         "seed_policy": policy,
-        "seeds": seeds.len(),
+        "seeds": seeds,
         "seed_policy_s": seeds_s,
         "segments": c.segments,
         "voxels_segmented_fraction": c.voxels_segmented as f64 / total_voxels,
@@ -440,8 +427,10 @@ pub fn run(args: Args) -> Result<()> {
         .unwrap_or_else(|| default_info_path(&out_spec));
     let mut info = summary.clone();
     info["origins"] = Value::Array(origins);
-    std::fs::write(&info_path, serde_json::to_string_pretty(&info)? + "\n")
-        .with_context(|| format!("writing {}", info_path.display()))?;
+    write_atomic(
+        &info_path,
+        (serde_json::to_string_pretty(&info)? + "\n").as_bytes(),
+    )?;
     if args.json {
         println!("{summary}");
     } else {
@@ -454,9 +443,7 @@ pub fn run(args: Args) -> Result<()> {
             shape[0]
         );
         println!(
-            "  {} seeds ({policy}, {:.1} s): {} tried, {} too small, {} weak, {} near a segment, {} invalid",
-            seeds.len(),
-            seeds_s,
+            "  {seeds} seeds ({policy}, {seeds_s:.1} s): {} tried, {} too small, {} weak, {} near a segment, {} invalid",
             c.seeds_done - c.seeds_invalid - c.seeds_near_segment - c.seeds_marked_failed,
             c.seeds_too_small,
             c.seeds_weak,

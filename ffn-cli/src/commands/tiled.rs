@@ -1,6 +1,9 @@
 //! `ffn infer-tiled`: flood-filling inference of a volume in overlapping tiles, on one or many
 //! ranks, with resumable per-tile results and global ids.
 //!
+//! The work is [`ffn_io::tiled`] (`run_tiles`, `finish`); this module turns flags into its
+//! `TiledOptions`, connects the ranks (run id, final barrier) and prints.
+//!
 //! 1. The volume is cut into tiles of `--tile-size` overlapping by `--tile-overlap`
 //!    (`ffn_core::segmentation::tiling`); each tile reads only its own box of the image.
 //! 2. Every tile is segmented on its own (canvas, seed policy, predictor) and saved to the tile store
@@ -17,14 +20,11 @@
 
 use anyhow::{Context, Result, bail};
 use ffn_comm::{Backend, CommOptions};
-use ffn_core::inference::seeds::{GRID_OFFSETS, PeaksOptions, policy_grid, policy_peaks};
-use ffn_core::inference::{Canvas, InferenceOptions, Predictor, normalize_image};
+use ffn_core::inference::{InferenceOptions, LabelOracle, Predictor, SegmentOptions};
 use ffn_core::network::ConvStack3d;
-use ffn_core::segmentation::reconcile::{MergeRule, ReconcileSummary, Reconciler, TileLabels};
-use ffn_core::segmentation::{Tile, TilePlan, relabel_first_appearance};
-use ffn_io::VolumeSpec;
-use ffn_io::tile_store::{TileRecord, TileStore};
-use std::collections::BTreeMap;
+use ffn_core::segmentation::MergeRule;
+use ffn_io::tiled::{TiledOptions, Worker, finish, run_tiles};
+use ffn_io::{NormalisationChoice, VolumeSpec};
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -138,112 +138,6 @@ pub fn parse_sizes(flag: &str, text: &str) -> Result<[usize; 3]> {
     }
 }
 
-/// The oracle predictor: logits of the true mask of the object at the FOV centre (the image holds
-/// label ids), falling slightly with the distance from the centre so that face-max movement goes
-/// straight along the axes.
-struct Oracle {
-    fov: [usize; 3],
-}
-
-impl Predictor for Oracle {
-    fn fov(&self) -> [usize; 3] {
-        self.fov
-    }
-    fn predict(&mut self, image: &[f32], _seed: &[f32], out: &mut [f32]) {
-        let c = image[image.len() / 2];
-        let f = self.fov;
-        for (i, (o, &v)) in out.iter_mut().zip(image).enumerate() {
-            let p = [i / (f[1] * f[2]), i / f[2] % f[1], i % f[2]];
-            let d2: usize = (0..3).map(|a| p[a].abs_diff(f[a] / 2).pow(2)).sum();
-            *o = if v == c { 4.0 - 0.01 * d2 as f32 } else { -4.0 };
-        }
-    }
-}
-
-/// The `convstack_3d` network as a [`Predictor`]: seed plus update, one FOV at a time.
-struct NetPredictor {
-    net: ConvStack3d,
-}
-
-impl Predictor for NetPredictor {
-    fn fov(&self) -> [usize; 3] {
-        self.net.config().fov
-    }
-    fn predict(&mut self, image: &[f32], seed: &[f32], out: &mut [f32]) {
-        self.net.forward(image, seed, 1, out);
-    }
-}
-
-/// What every rank needs to segment a tile.
-struct Job {
-    image: VolumeSpec,
-    /// Origin of the segmented box in the image (z,y,x); tile origins are relative to it.
-    offset: [usize; 3],
-    oracle: bool,
-    fov: [usize; 3],
-    deltas: [usize; 3],
-    opts: InferenceOptions,
-    seed_policy: SeedPolicy,
-    grid_step: usize,
-    mean: f32,
-    stddev: f32,
-}
-
-impl Job {
-    /// Segments one tile with `predictor`; returns the record to store.
-    fn segment(
-        &self,
-        tile: &Tile,
-        predictor: &mut dyn Predictor,
-        rank: usize,
-    ) -> Result<TileRecord> {
-        let t0 = Instant::now();
-        let origin = core::array::from_fn(|a| self.offset[a] + tile.origin[a]);
-        let raw = ffn_io::read_image_f32_region(&self.image, origin, tile.shape)
-            .with_context(|| format!("tile {}: reading its image box", tile.index))?;
-        let raw: Vec<f32> = raw.iter().copied().collect();
-        let image = if self.oracle {
-            raw
-        } else {
-            let mut norm = vec![0.0; raw.len()];
-            normalize_image(&raw, self.mean, self.stddev, &mut norm);
-            norm
-        };
-        let mut canvas = Canvas::new(&image, tile.shape, self.fov, self.deltas, self.opts.clone())
-            .map_err(|e| anyhow::anyhow!("tile {} of shape {:?}: {e}", tile.index, tile.shape))?;
-        let seeds = match self.seed_policy {
-            SeedPolicy::Peaks => policy_peaks(&image, tile.shape, &PeaksOptions::default()),
-            SeedPolicy::Grid => {
-                let offsets: Vec<usize> = GRID_OFFSETS
-                    .iter()
-                    .copied()
-                    .filter(|&o| o < self.grid_step)
-                    .collect();
-                policy_grid(tile.shape, self.grid_step, &offsets)
-            }
-        };
-        let clock = || t0.elapsed().as_secs_f64();
-        canvas
-            .segment_all(&seeds, predictor, &clock, &mut |_| {})
-            .map_err(|e| anyhow::anyhow!("tile {}: {e}", tile.index))?;
-        let c = canvas.counters();
-        let meta = serde_json::json!({
-            "rank": rank,
-            "segments": c.segments,
-            "predict_calls": c.predict_calls,
-            "seeds": seeds.len(),
-            "seconds": t0.elapsed().as_secs_f64(),
-        });
-        Ok(TileRecord {
-            index: tile.index,
-            origin: tile.origin,
-            shape: tile.shape,
-            labels: canvas.segmentation(),
-            meta: meta.to_string(),
-        })
-    }
-}
-
 /// Runs `ffn infer-tiled`.
 pub fn run(args: Args) -> Result<()> {
     let image: VolumeSpec = args.image.parse().context("ffn infer-tiled: --image")?;
@@ -270,7 +164,7 @@ pub fn run(args: Args) -> Result<()> {
         let fov = parse_sizes("fov", &args.fov)?;
         let deltas = parse_sizes("deltas", &args.deltas)?;
         (
-            Box::new(Oracle { fov }),
+            Box::new(LabelOracle { fov }),
             fov,
             deltas,
             format!("oracle fov {fov:?} deltas {deltas:?}"),
@@ -290,55 +184,72 @@ pub fn run(args: Args) -> Result<()> {
         let mut net = ConvStack3d::from_params(cfg, params)
             .with_context(|| format!("model {}", path.display()))?;
         net.set_conv_algorithm(args.conv);
-        (Box::new(NetPredictor { net }), fov, deltas, desc)
+        (Box::new(net), fov, deltas, desc)
     };
-    let mbd = parse_sizes("min-boundary-dist", &args.min_boundary_dist)?;
-    let opts = InferenceOptions {
+    let inference = InferenceOptions {
         move_threshold: args.move_threshold,
         segment_threshold: args.segment_threshold,
         min_segment_size: args.min_segment_size,
-        min_boundary_dist: mbd,
+        min_boundary_dist: parse_sizes("min-boundary-dist", &args.min_boundary_dist)?,
         ..Default::default()
     };
-    opts.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let rule = MergeRule {
+    inference.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let merge = MergeRule {
         min_overlap: args.min_overlap,
         min_fraction: args.min_overlap_fraction,
     };
-    rule.validate().context("--min-overlap-fraction")?;
+    merge.validate().context("--min-overlap-fraction")?;
 
-    // The plan.
+    // The box, the plan and the normalisation.
     let full = ffn_io::dataset_shape(&image).with_context(|| format!("reading {image}"))?;
     let (offset, shape) =
         super::infer::parse_box(args.offset.as_deref(), args.size.as_deref(), full, &image)?;
-    let size = parse_sizes("tile-size", &args.tile_size)?;
-    let overlap = match &args.tile_overlap {
-        Some(t) => parse_sizes("tile-overlap", t)?,
-        None => fov,
-    };
-    let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
-    if let Some(a) = (0..3).find(|&a| size[a] < shape[a] && overlap[a] >= size[a]) {
-        bail!(
-            "--tile-overlap {}: expected less than --tile-size {} on every axis that needs more than one tile \
-             ({} axis; volume {} x,y,z)",
-            xyz(overlap),
-            xyz(size),
-            ["z", "y", "x"][a],
-            xyz(shape)
-        );
+    let norm = NormalisationChoice {
+        given: (args.image_mean, args.image_stddev),
+        trained: trained_norm,
+        ..Default::default()
     }
-    let plan = TilePlan::new(shape, size, overlap).context("ffn infer-tiled: the tile plan")?;
-    let norm = ffn_io::normalisation::choose(
-        (args.image_mean, args.image_stddev),
-        (None, None),
-        trained_norm,
-        || {
-            let raw = ffn_io::read_image_f32_region(&image, offset, shape)?;
-            Ok(ffn_core::inference::mean_stddev(raw.iter().copied()))
+    .resolve(|| {
+        let raw = ffn_io::read_image_f32_region(&image, offset, shape)?;
+        Ok(ffn_core::inference::mean_stddev(raw.iter().copied()))
+    })?;
+    let store_dir = args.tile_store.clone().unwrap_or_else(|| {
+        let mut name = out
+            .path
+            .file_name()
+            .map(|s| s.to_os_string())
+            .unwrap_or_default();
+        name.push(format!(".{}.tiles", out.dataset.replace('/', "_")));
+        out.path.with_file_name(name)
+    });
+    let opts = TiledOptions {
+        image,
+        offset,
+        shape,
+        tile_size: parse_sizes("tile-size", &args.tile_size)?,
+        tile_overlap: match &args.tile_overlap {
+            Some(t) => parse_sizes("tile-overlap", t)?,
+            None => fov,
         },
-    )?;
+        store: store_dir,
+        max_tiles: args.max_tiles,
+        normalisation: (!args.oracle).then_some((norm.mean, norm.stddev)),
+        segment: SegmentOptions {
+            deltas,
+            seeds: match args.seed_policy {
+                SeedPolicy::Peaks => ffn_core::inference::SeedPolicy::default(),
+                SeedPolicy::Grid => ffn_core::inference::SeedPolicy::Grid {
+                    step: args.grid_step,
+                },
+            },
+            inference,
+        },
+        merge,
+        predictor: predictor_desc,
+    };
+    let plan = opts.plan().context("--tile-overlap / --tile-size")?;
+    let (overlap, n) = (opts.tile_overlap, plan.len());
     let small = (0..3).any(|a| plan.grid_shape()[a] > 1 && overlap[a] < fov[a]);
-    let n = plan.len();
 
     // The ranks and the run id.
     let mut comm_opts = CommOptions::from_env().context("reading the communicator environment")?;
@@ -355,25 +266,8 @@ pub fn run(args: Args) -> Result<()> {
         .context("broadcasting the run id")?;
     let run_id: String = run_id.iter().map(|b| format!("{b:02x}")).collect();
 
-    let store_dir = args.tile_store.clone().unwrap_or_else(|| {
-        let mut name = out
-            .path
-            .file_name()
-            .map(|s| s.to_os_string())
-            .unwrap_or_default();
-        name.push(format!(".{}.tiles", out.dataset.replace('/', "_")));
-        out.path.with_file_name(name)
-    });
-    let fingerprint = format!(
-        "image {image} box {offset:?} shape {shape:?}; tiles {:?} overlap {overlap:?}; {predictor_desc}; {opts:?}; seeds {:?} step {}; \
-         normalisation {} {}",
-        plan.tile_size(),
-        args.seed_policy,
-        args.grid_step,
-        norm.mean,
-        norm.stddev
-    );
-    let store = TileStore::open(&store_dir, &fingerprint)?;
+    let store = opts.open_store()?;
+    let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
     if rank == 0 {
         eprintln!(
             "infer-tiled: {n} tiles (grid {}) of {} overlapping by {} over {} (all x,y,z); {ranks} rank(s); \
@@ -383,7 +277,7 @@ pub fn run(args: Args) -> Result<()> {
             xyz(overlap),
             xyz(shape),
             store.count_done(n),
-            store_dir.display()
+            opts.store.display()
         );
         eprintln!(
             "infer-tiled: image normalisation (x - {}) / {}, {}",
@@ -400,62 +294,41 @@ pub fn run(args: Args) -> Result<()> {
     }
 
     // Dynamic scheduling through claims in the store.
-    let job = Job {
-        image: image.clone(),
-        offset,
-        oracle: args.oracle,
-        fov,
-        deltas,
-        opts,
-        seed_policy: args.seed_policy,
-        grid_step: args.grid_step,
-        mean: norm.mean,
-        stddev: norm.stddev,
+    let worker = Worker {
+        run_id: &run_id,
+        rank,
     };
-    let mut computed = 0usize;
-    let mut reused = 0usize;
-    let limit = args.max_tiles.unwrap_or(usize::MAX);
-    for tile in plan.tiles() {
-        if computed >= limit {
-            break;
-        }
-        if store.is_done(tile.index) {
-            reused += 1;
-            continue;
-        }
-        if !store.claim(&run_id, tile.index)? {
-            continue;
-        }
-        let rec = job.segment(&tile, predictor.as_mut(), rank)?;
-        store.save(&rec)?;
-        computed += 1;
-        eprintln!(
-            "infer-tiled: rank {rank}: tile {} {:?} done ({}); job: {}/{n} tiles finished",
-            tile.index,
-            tile.grid,
-            rec.meta,
-            store.count_done(n)
-        );
-    }
-    println!("infer-tiled: rank {rank} computed {computed} tiles, skipped {reused} finished ones");
+    let done = run_tiles(
+        &opts,
+        &plan,
+        &store,
+        predictor.as_mut(),
+        &worker,
+        &mut |rec, finished| {
+            let grid = plan.tile(rec.index).map(|t| t.grid).unwrap_or_default();
+            eprintln!(
+                "infer-tiled: rank {rank}: tile {} {grid:?} done ({}); job: {finished}/{n} tiles finished",
+                rec.index, rec.meta
+            );
+        },
+    )?;
+    println!(
+        "infer-tiled: rank {rank} computed {} tiles, skipped {} finished ones",
+        done.computed, done.reused
+    );
     comm.barrier()
         .context("waiting for the other ranks to finish their tiles")?;
     if rank != 0 {
         return Ok(());
     }
-    store.clear_claims(&run_id)?;
-    let done = store.count_done(n);
-    if done < n {
+    let t0 = Instant::now();
+    let Some(summary) = finish(&opts, &plan, &store, &run_id, &out)? else {
         println!(
-            "infer-tiled: stopped with {done}/{n} tiles finished (--max-tiles); run the same command again to resume"
+            "infer-tiled: stopped with {}/{n} tiles finished (--max-tiles); run the same command again to resume",
+            store.count_done(n)
         );
         return Ok(());
-    }
-    let t0 = Instant::now();
-    let (volume, summary) = merge(&plan, &store, rule)?;
-    let seg = ndarray::Array3::from_shape_vec((shape[0], shape[1], shape[2]), volume)
-        .context("assembling the reconciled volume")?;
-    ffn_io::write_labels(&out, &seg)?;
+    };
     println!(
         "infer-tiled: merged {n} tiles ({} tile pairs, {} local segments, {} merges) into {} segments in {:.1} s; wrote {out}",
         summary.tile_pairs,
@@ -465,72 +338,6 @@ pub fn run(args: Args) -> Result<()> {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// Reconciles the finished tiles of `store` into one relabelled volume (`[z][y][x]`). At most the
-/// tiles of one layer of the tile grid (plus the output volume) are held in memory.
-pub fn merge(
-    plan: &TilePlan,
-    store: &TileStore,
-    rule: MergeRule,
-) -> Result<(Vec<u64>, ReconcileSummary)> {
-    let n = plan.len();
-    let max_ids: Vec<u64> = (0..n).map(|i| store.max_id(i)).collect::<Result<_, _>>()?;
-    let mut rec = Reconciler::new(&max_ids, rule)?;
-    let mut cache: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    let mut summary = ReconcileSummary::default();
-    let load = |cache: &mut BTreeMap<usize, Vec<u64>>, i: usize| -> Result<()> {
-        if let std::collections::btree_map::Entry::Vacant(e) = cache.entry(i) {
-            let r = store.load(i)?;
-            let t = plan.tile(i).context("tile index outside the plan")?;
-            if r.origin != t.origin || r.shape != t.shape {
-                bail!(
-                    "{}: tile {i} was stored at {:?} with shape {:?}, but the plan puts it at {:?} with shape {:?}",
-                    store.tile_path(i).display(),
-                    r.origin,
-                    r.shape,
-                    t.origin,
-                    t.shape
-                );
-            }
-            e.insert(r.labels);
-        }
-        Ok(())
-    };
-    fn view<'a>(
-        plan: &TilePlan,
-        cache: &'a BTreeMap<usize, Vec<u64>>,
-        i: usize,
-    ) -> Result<TileLabels<'a>> {
-        let tile = plan.tile(i).context("tile index outside the plan")?;
-        let labels = cache.get(&i).context("tile not loaded")?;
-        Ok(TileLabels { tile, labels })
-    }
-    for (i, j) in plan.overlapping_pairs() {
-        // Pairs come in increasing order of i: tiles before i are never needed again.
-        cache.retain(|&k, _| k >= i);
-        load(&mut cache, i)?;
-        load(&mut cache, j)?;
-        let s = rec.observe(&view(plan, &cache, i)?, &view(plan, &cache, j)?)?;
-        summary.tile_pairs += 1;
-        summary.pairs.pairs += s.pairs;
-        summary.pairs.accepted += s.accepted;
-        summary.pairs.merges += s.merges;
-    }
-    cache.clear();
-    let shape = plan.shape();
-    let mut out = vec![0u64; shape.iter().product()];
-    for i in 0..n {
-        load(&mut cache, i)?;
-        rec.paint_core(&view(plan, &cache, i)?, shape, &mut out)?;
-        let labels = cache.remove(&i).unwrap_or_default();
-        let mut ids: Vec<u64> = labels.into_iter().filter(|&v| v != 0).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        summary.local_segments += ids.len() as u64;
-    }
-    summary.segments = relabel_first_appearance(&mut out);
-    Ok((out, summary))
 }
 
 /// 16 random bytes for the run id (from /dev/urandom, else the clock and the process id).

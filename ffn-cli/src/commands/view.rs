@@ -1,13 +1,11 @@
 //! `ffn view SEG --image RAW --z 120 --out slice.png`: one slice of a segmentation, each segment in
 //! its own colour, blended over the grey image (see `ffn_core::segmentation::overlay`).
 //!
-//! Only the slice is read from the HDF5 files. [`render_slice_png`] is the reusable entry point
-//! (the demo draws its pictures with it).
+//! Only the slice is read from the HDF5 files. [`render_slice_png`] is the reusable entry point.
 
 use anyhow::{Context, Result, bail};
-use ffn_core::segmentation::overlay::{render_overlay, to_grey};
+use ffn_core::segmentation::overlay::{render_overlay, to_grey, zoom_rgb};
 use ffn_io::VolumeSpec;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `ffn view`.
@@ -182,43 +180,12 @@ pub fn render_slice_png(
     let rgb =
         render_overlay(&grey, &labels, width, height, alpha).context("drawing the overlay")?;
     let (w, h) = (width * zoom, height * zoom);
-    let mut big = Vec::with_capacity(w * h * 3);
-    for y in 0..h {
-        for x in 0..w {
-            let i = ((y / zoom) * width + x / zoom) * 3;
-            big.extend_from_slice(&rgb[i..i + 3]);
-        }
-    }
-    write_rgb_png(out, w, h, &big)?;
+    ffn_io::write_rgb_png(out, w, h, &zoom_rgb(&rgb, width, height, zoom))?;
     Ok(SliceSummary {
         width: w,
         height: h,
         segments: segments.len(),
     })
-}
-
-/// Writes `rgb` (`height * width * 3` bytes, row-major) as an 8-bit RGB PNG.
-pub fn write_rgb_png(path: &Path, width: usize, height: usize, rgb: &[u8]) -> Result<()> {
-    if rgb.len() != width * height * 3 || width == 0 || height == 0 {
-        bail!(
-            "{}: cannot write a {width} x {height} picture from {} bytes",
-            path.display(),
-            rgb.len()
-        );
-    }
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut enc = png::Encoder::new(BufWriter::new(file), width as u32, height as u32);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc
-        .write_header()
-        .with_context(|| format!("writing {}", path.display()))?;
-    w.write_image_data(rgb)
-        .with_context(|| format!("writing {}", path.display()))?;
-    w.finish()
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
 }
 
 #[cfg(test)]

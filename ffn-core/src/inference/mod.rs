@@ -3,14 +3,18 @@
 //!
 //! The network is behind the small [`Predictor`] trait, so that the canvas runs with the real
 //! `convstack_3d` network, with another model, or with an oracle in tests. Nothing here touches files
-//! or threads; the `ffn infer` command adds those.
+//! or threads; ffn-io's `infer` and `tiled` modules add those.
+//!
+//! [`segment`] is the entry point: seeds by a [`SeedPolicy`], then the canvas, object by object.
 //!
 //! Coordinates are `[z, y, x]` throughout.
 
 mod canvas;
 pub mod movement;
 pub mod options;
+mod oracle;
 pub mod seeds;
+mod segment;
 
 #[cfg(test)]
 mod tests;
@@ -18,6 +22,8 @@ mod tests;
 pub use canvas::{Canvas, Counters, Origin, SeedOutcome, quantize_probability};
 pub use movement::FaceMaxPolicy;
 pub use options::{InferenceOptions, Logits, logit, sigmoid};
+pub use oracle::LabelOracle;
+pub use segment::{SeedPolicy, SegmentOptions, Segmentation, segment};
 
 use alloc::string::String;
 use core::fmt;

@@ -24,7 +24,9 @@ mod tests;
 
 pub use consensus::split_segmentation_by_intersection;
 pub use overlay::{render_overlay, segment_colour};
-pub use reconcile::{MergeRule, PairStats, Reconciler, TileLabels};
+pub use reconcile::{
+    MergeRule, PairStats, ReconcileSummary, Reconciler, TileLabels, TileSource, reconcile,
+};
 pub use relabel::{relabel_first_appearance, relabel_sequential};
 pub use tiling::{Tile, TilePlan};
 pub use union_find::UnionFind;

@@ -9,6 +9,7 @@
 use super::SegmentationError;
 use alloc::format;
 use alloc::string::ToString;
+use alloc::vec;
 use alloc::vec::Vec;
 
 /// A colour for segment `id` (black for 0): a hash of the id mapped to bright, saturated values,
@@ -88,6 +89,59 @@ pub fn render_overlay(
     Ok(out)
 }
 
+/// Scales a `height x width` RGB picture (row-major, 3 bytes a pixel) up by `zoom` (nearest
+/// neighbour; 0 counts as 1); returns `height * zoom * width * zoom * 3` bytes.
+pub fn zoom_rgb(rgb: &[u8], width: usize, height: usize, zoom: usize) -> Vec<u8> {
+    let zoom = zoom.max(1);
+    let (w, h) = (width * zoom, height * zoom);
+    let mut out = Vec::with_capacity(w * h * 3);
+    for y in 0..h {
+        for x in 0..w {
+            let i = ((y / zoom) * width + x / zoom) * 3;
+            out.extend_from_slice(&rgb[i..i + 3]);
+        }
+    }
+    out
+}
+
+/// Panels side by side, each `height x width` scaled by `zoom` and `gap` white pixels apart: the
+/// grey slice itself, then every labelling of `labels` drawn over it by [`render_overlay`] with
+/// opacity `alpha`. Returns the RGB bytes and the picture's width and height.
+pub fn overlay_panels(
+    grey: &[u8],
+    labels: &[&[u64]],
+    width: usize,
+    height: usize,
+    alpha: f32,
+    zoom: usize,
+    gap: usize,
+) -> Result<(Vec<u8>, usize, usize), SegmentationError> {
+    let zoom = zoom.max(1);
+    let mut panels = Vec::with_capacity(1 + labels.len());
+    panels.push(render_overlay(
+        grey,
+        &vec![0; grey.len()],
+        width,
+        height,
+        alpha,
+    )?);
+    for l in labels {
+        panels.push(render_overlay(grey, l, width, height, alpha)?);
+    }
+    let (pw, ph) = (width * zoom, height * zoom);
+    let n = panels.len();
+    let total_w = n * pw + (n - 1) * gap;
+    let mut out = vec![255u8; total_w * ph * 3];
+    for (p, rgb) in panels.iter().enumerate() {
+        let big = zoom_rgb(rgb, width, height, zoom);
+        for y in 0..ph {
+            let dst = (y * total_w + p * (pw + gap)) * 3;
+            out[dst..dst + pw * 3].copy_from_slice(&big[y * pw * 3..(y + 1) * pw * 3]);
+        }
+    }
+    Ok((out, total_w, ph))
+}
+
 /// Maps any image values to grey levels: `(v - lo) / (hi - lo) * 255` over the slice's own range
 /// (a constant slice becomes mid-grey). Non-finite values are an error.
 pub fn to_grey(values: &[f32]) -> Result<Vec<u8>, SegmentationError> {
@@ -118,7 +172,6 @@ pub fn to_grey(values: &[f32]) -> Result<Vec<u8>, SegmentationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::vec;
 
     #[test]
     fn background_is_grey_interiors_are_blended_boundaries_solid() {
@@ -164,5 +217,23 @@ mod tests {
         assert_eq!(to_grey(&[1.0, 3.0, 2.0]).unwrap(), vec![0, 255, 128]);
         assert_eq!(to_grey(&[5.0, 5.0]).unwrap(), vec![128, 128]);
         assert!(to_grey(&[f32::NAN]).is_err());
+    }
+
+    #[test]
+    fn panels_show_the_grey_slice_then_each_labelling() {
+        // 2 x 1 pixels: grey 10 and 200; one labelling with segment 3 on the right pixel.
+        let (rgb, w, h) = overlay_panels(&[10, 200], &[&[0, 3]], 2, 1, 0.5, 2, 1).unwrap();
+        assert_eq!((w, h), (2 * 2 + 1 + 2 * 2, 2));
+        let px = |x: usize, y: usize| [0, 1, 2].map(|k| rgb[(y * w + x) * 3 + k]);
+        assert_eq!(px(1, 1), [10; 3], "grey panel, zoomed");
+        assert_eq!(px(2, 0), [200; 3], "grey panel, right pixel");
+        assert_eq!(px(4, 0), [255; 3], "white gap");
+        assert_eq!(px(5, 0), [10; 3], "background shows the grey image");
+        assert_eq!(
+            px(7, 1),
+            segment_colour(3),
+            "a one-pixel segment is all boundary"
+        );
+        assert!(overlay_panels(&[0; 2], &[&[0; 3]], 2, 1, 0.5, 1, 0).is_err());
     }
 }

@@ -24,6 +24,7 @@
 use super::tiling::{Tile, TilePlan, intersection};
 use super::union_find::UnionFind;
 use super::{SegmentationError, prod, relabel};
+use alloc::borrow::Cow;
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::ToString;
@@ -314,8 +315,114 @@ pub struct ReconcileSummary {
     pub segments: u64,
 }
 
-/// Reconciles tiles held in memory (`tiles[t]` = tile `t`'s labels): observes every overlapping
-/// pair, paints the cores and relabels in order of first appearance.
+/// Where [`reconcile`] reads the finished tiles of a plan from: memory (`[Vec<u64>]`, tile `t` at
+/// index `t`) or a store on disk (ffn-io's `TileStore`). The merge reads each tile a few times and
+/// holds at most the tiles of one layer of the tile grid at once, so a source may load lazily.
+pub trait TileSource {
+    /// The source's error; reconciliation errors convert into it.
+    type Error: From<SegmentationError>;
+
+    /// The largest local id of `tile` (0 for an empty tile), ideally without loading its labels.
+    fn max_id(&self, tile: &Tile) -> Result<u64, Self::Error>;
+
+    /// The local ids of `tile`, `[z][y][x]` of `tile.shape`. A source that records where a tile
+    /// lies checks it against `tile` and fails naming both.
+    fn labels(&self, tile: &Tile) -> Result<Cow<'_, [u64]>, Self::Error>;
+}
+
+impl TileSource for [Vec<u64>] {
+    type Error = SegmentationError;
+
+    fn max_id(&self, tile: &Tile) -> Result<u64, SegmentationError> {
+        Ok(self.labels(tile)?.iter().copied().max().unwrap_or(0))
+    }
+
+    fn labels(&self, tile: &Tile) -> Result<Cow<'_, [u64]>, SegmentationError> {
+        self.get(tile.index)
+            .map(|t| Cow::Borrowed(t.as_slice()))
+            .ok_or_else(|| SegmentationError::InvalidParameter {
+                field: "tile index",
+                reason: format!(
+                    "expected < {} (tiles held), found {}",
+                    self.len(),
+                    tile.index
+                ),
+            })
+    }
+}
+
+fn plan_tile(plan: &TilePlan, i: usize) -> Result<Tile, SegmentationError> {
+    plan.tile(i)
+        .ok_or_else(|| SegmentationError::InvalidParameter {
+            field: "tile index",
+            reason: format!("expected < {} (tiles of the plan), found {i}", plan.len()),
+        })
+}
+
+/// Reconciles the tiles of `plan` read from `source` into one volume (`[z][y][x]` of
+/// `plan.shape()`, ids `1..=n` in order of first appearance): observes every overlapping pair,
+/// paints every tile's core with global ids and relabels. Tiles are loaded as the pairs need them
+/// and dropped once no later pair does, so at most one layer of the tile grid (plus the output
+/// volume) is held in memory.
+pub fn reconcile<'s, S: TileSource + ?Sized>(
+    plan: &TilePlan,
+    source: &'s S,
+    rule: MergeRule,
+) -> Result<(Vec<u64>, ReconcileSummary), S::Error> {
+    let tiles: Vec<Tile> = plan.tiles().collect();
+    let max_ids: Vec<u64> = tiles
+        .iter()
+        .map(|t| source.max_id(t))
+        .collect::<Result<_, _>>()?;
+    let mut rec = Reconciler::new(&max_ids, rule)?;
+    let mut cache: BTreeMap<usize, Cow<'s, [u64]>> = BTreeMap::new();
+    let load = |cache: &mut BTreeMap<usize, Cow<'s, [u64]>>, i: usize| -> Result<(), S::Error> {
+        if let alloc::collections::btree_map::Entry::Vacant(e) = cache.entry(i) {
+            e.insert(source.labels(&plan_tile(plan, i)?)?);
+        }
+        Ok(())
+    };
+    fn view<'a>(
+        plan: &TilePlan,
+        cache: &'a BTreeMap<usize, Cow<'_, [u64]>>,
+        i: usize,
+    ) -> Result<TileLabels<'a>, SegmentationError> {
+        let tile = plan_tile(plan, i)?;
+        let labels = cache
+            .get(&i)
+            .ok_or_else(|| SegmentationError::InvalidParameter {
+                field: "tile cache",
+                reason: format!("expected tile {i} to be loaded, found it missing"),
+            })?;
+        Ok(TileLabels { tile, labels })
+    }
+    let mut summary = ReconcileSummary::default();
+    for (i, j) in plan.overlapping_pairs() {
+        // Pairs come in increasing order of i: tiles before i are never needed again.
+        cache.retain(|&k, _| k >= i);
+        load(&mut cache, i)?;
+        load(&mut cache, j)?;
+        let s = rec.observe(&view(plan, &cache, i)?, &view(plan, &cache, j)?)?;
+        summary.tile_pairs += 1;
+        summary.pairs.pairs += s.pairs;
+        summary.pairs.accepted += s.accepted;
+        summary.pairs.merges += s.merges;
+    }
+    cache.clear();
+    let shape = plan.shape();
+    let mut out = vec![0u64; prod(shape)];
+    for i in 0..plan.len() {
+        load(&mut cache, i)?;
+        let t = view(plan, &cache, i)?;
+        rec.paint_core(&t, shape, &mut out)?;
+        summary.local_segments += relabel::segment_sizes(t.labels).len() as u64;
+        cache.remove(&i);
+    }
+    summary.segments = relabel::relabel_first_appearance(&mut out);
+    Ok((out, summary))
+}
+
+/// Reconciles tiles held in memory (`tiles[t]` = tile `t`'s labels); see [`reconcile`].
 pub fn reconcile_in_memory(
     plan: &TilePlan,
     tiles: &[Vec<u64>],
@@ -328,41 +435,7 @@ pub fn reconcile_in_memory(
             actual: tiles.len(),
         });
     }
-    let max_ids: Vec<u64> = tiles
-        .iter()
-        .map(|t| t.iter().copied().max().unwrap_or(0))
-        .collect();
-    let mut rec = Reconciler::new(&max_ids, rule)?;
-    let view = |i: usize| -> Result<TileLabels<'_>, SegmentationError> {
-        let tile = plan
-            .tile(i)
-            .ok_or_else(|| SegmentationError::InvalidParameter {
-                field: "tile index",
-                reason: format!("expected < {}, found {i}", plan.len()),
-            })?;
-        Ok(TileLabels {
-            tile,
-            labels: &tiles[i],
-        })
-    };
-    let mut summary = ReconcileSummary::default();
-    for (i, j) in plan.overlapping_pairs() {
-        let s = rec.observe(&view(i)?, &view(j)?)?;
-        summary.tile_pairs += 1;
-        summary.pairs.pairs += s.pairs;
-        summary.pairs.accepted += s.accepted;
-        summary.pairs.merges += s.merges;
-    }
-    let mut out = vec![0u64; prod(plan.shape())];
-    for i in 0..plan.len() {
-        rec.paint_core(&view(i)?, plan.shape(), &mut out)?;
-    }
-    summary.local_segments = tiles
-        .iter()
-        .map(|t| relabel::segment_sizes(t).len() as u64)
-        .sum();
-    summary.segments = relabel::relabel_first_appearance(&mut out);
-    Ok((out, summary))
+    reconcile(plan, tiles, rule)
 }
 
 #[cfg(test)]

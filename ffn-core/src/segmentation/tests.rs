@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::inference::seeds::policy_grid;
-use crate::inference::{Canvas, InferenceOptions, Predictor};
+use crate::inference::{Canvas, InferenceOptions, LabelOracle};
 use crate::rng::Rng;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -39,27 +39,6 @@ pub(super) fn boxes(shape: [usize; 3], min_side: usize, seed: u64) -> Vec<u64> {
     out
 }
 
-/// The true mask of the object at the FOV centre (the image holds the label ids), as logits that
-/// fall slightly with the distance from the centre so that face-max movement goes straight.
-struct Oracle {
-    fov: [usize; 3],
-}
-
-impl Predictor for Oracle {
-    fn fov(&self) -> [usize; 3] {
-        self.fov
-    }
-    fn predict(&mut self, image: &[f32], _seed: &[f32], out: &mut [f32]) {
-        let c = image[image.len() / 2];
-        let f = self.fov;
-        for (i, (o, &v)) in out.iter_mut().zip(image).enumerate() {
-            let p = [i / (f[1] * f[2]), i / f[2] % f[1], i % f[2]];
-            let d2: usize = (0..3).map(|a| p[a].abs_diff(f[a] / 2).pow(2)).sum();
-            *o = if v == c { 4.0 - 0.01 * d2 as f32 } else { -4.0 };
-        }
-    }
-}
-
 fn flood(image: &[f32], shape: [usize; 3], fov: [usize; 3]) -> Vec<u64> {
     // Moves of one voxel and seeds everywhere, even next to other segments: every part of an
     // object with room for one FOV centre is found and filled completely.
@@ -71,7 +50,7 @@ fn flood(image: &[f32], shape: [usize; 3], fov: [usize; 3]) -> Vec<u64> {
     let mut canvas = Canvas::new(image, shape, fov, [1, 1, 1], opts).unwrap();
     let seeds = policy_grid(shape, 1, &[0]);
     canvas
-        .segment_all(&seeds, &mut Oracle { fov }, &|| 0.0, &mut |_| {})
+        .segment_all(&seeds, &mut LabelOracle { fov }, &|| 0.0, &mut |_| {})
         .unwrap();
     canvas.segmentation()
 }

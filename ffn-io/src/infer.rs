@@ -1,0 +1,285 @@
+//! Inference of a volume on disk: read the image (or a box of it), normalise it, segment it with
+//! [`ffn_core::inference::segment`], write the labels (and optionally the probability map).
+//! `ffn infer` is this function plus argument parsing, a progress bar and a JSON summary.
+//!
+//! ```no_run
+//! use ffn_core::inference::{SeedPolicy, SegmentOptions};
+//! use ffn_io::infer::{InferOptions, infer_volume};
+//!
+//! let model = ffn_io::load_model("model.safetensors".as_ref())?;
+//! let mut net = ffn_core::network::ConvStack3d::from_params(model.config, model.params)
+//!     .expect("parameters of the checkpoint's architecture");
+//! let mut opts = InferOptions::new("raw.h5:raw".parse()?, "seg.h5:seg".parse()?);
+//! opts.normalisation.trained = model.normalisation;
+//! opts.segment = SegmentOptions {
+//!     deltas: model.config.deltas,
+//!     seeds: SeedPolicy::Grid { step: 16 },
+//!     ..Default::default()
+//! };
+//! let done = infer_volume(&opts, &mut net, &mut |_| {})?;
+//! println!("{} segments", done.segmentation.map_or(0, |s| s.counters.segments));
+//! # Ok::<(), ffn_io::IoError>(())
+//! ```
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use ffn_core::inference::{
+    Counters, Predictor, SeedPolicy, SegmentOptions, Segmentation, normalize_image, segment,
+};
+use ndarray::Array3;
+
+use crate::error::IoError;
+use crate::normalisation::{ChosenNormalisation, NormalisationChoice};
+use crate::tile_store::write_atomic;
+use crate::volume::{
+    VolumeSpec, dataset_shape, read_image_f32_region, write_image_u8, write_labels,
+};
+
+/// What [`infer_volume`] segments and where it writes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InferOptions {
+    /// The image (uint8 or float32, axes z, y, x).
+    pub image: VolumeSpec,
+    /// Where the segmentation goes (the smallest unsigned type that holds its ids; other
+    /// datasets of the file are kept).
+    pub out: VolumeSpec,
+    /// Where the quantised probability map goes (uint8, 0 = unassigned), if anywhere.
+    pub prob_out: Option<VolumeSpec>,
+    /// Segment only this box, `(offset, size)` in voxels `[z, y, x]`; `None` is the whole image.
+    pub region: Option<([usize; 3], [usize; 3])>,
+    /// Where the image normalisation comes from.
+    pub normalisation: NormalisationChoice,
+    /// Movement deltas, seed policy and flood-fill thresholds. Listed seeds are in the box's
+    /// coordinates. `keep_probability_map` is set from `prob_out`.
+    pub segment: SegmentOptions,
+    /// Also write the seed points here, one `x,y,z` line each in image coordinates.
+    pub seeds_out: Option<PathBuf>,
+    /// Stop after computing (and writing, with `seeds_out`) the seed points.
+    pub seeds_only: bool,
+}
+
+impl InferOptions {
+    /// Segment all of `image` into `out` with the default options (PolicyPeaks seeds, google/ffn's
+    /// thresholds, deltas 0 until set).
+    pub fn new(image: VolumeSpec, out: VolumeSpec) -> Self {
+        Self {
+            image,
+            out,
+            prob_out: None,
+            region: None,
+            normalisation: NormalisationChoice::default(),
+            segment: SegmentOptions::default(),
+            seeds_out: None,
+            seeds_only: false,
+        }
+    }
+}
+
+/// What happens during [`infer_volume`], for progress reports.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum InferEvent<'a> {
+    /// The image was read and its normalisation chosen.
+    Normalised(&'a ChosenNormalisation),
+    /// The seed points were computed.
+    Seeds {
+        /// How many.
+        count: usize,
+        /// Seconds it took.
+        seconds: f64,
+    },
+    /// A prediction or a seed finished.
+    Progress(&'a Counters),
+}
+
+/// What [`infer_volume`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InferOutcome {
+    /// First voxel of the segmented box in the image, `[z, y, x]`.
+    pub offset: [usize; 3],
+    /// Shape of the segmented box, `[z, y, x]`.
+    pub shape: [usize; 3],
+    /// The normalisation applied.
+    pub normalisation: ChosenNormalisation,
+    /// The seed points (box coordinates, `[z, y, x]`).
+    pub seeds: Vec<[usize; 3]>,
+    /// Seconds spent choosing seeds.
+    pub seed_seconds: f64,
+    /// The segmentation (`None` with `seeds_only`); its origins are in box coordinates.
+    pub segmentation: Option<Segmentation>,
+    /// Seconds spent flood filling.
+    pub seconds: f64,
+}
+
+/// Reads `opts.image` (or its box), normalises it, segments it with `predictor` and writes
+/// `opts.out` (and `opts.prob_out`); see the module docs. Errors name the volume or file.
+pub fn infer_volume<P: Predictor + ?Sized>(
+    opts: &InferOptions,
+    predictor: &mut P,
+    on_event: &mut dyn FnMut(InferEvent<'_>),
+) -> Result<InferOutcome, IoError> {
+    let (offset, shape) = match opts.region {
+        Some(r) => r,
+        None => ([0; 3], dataset_shape(&opts.image)?),
+    };
+    let raw = read_image_f32_region(&opts.image, offset, shape)?;
+    let raw: Vec<f32> = raw.iter().copied().collect();
+    let norm = opts
+        .normalisation
+        .resolve(|| Ok(ffn_core::inference::mean_stddev(raw.iter().copied())))?;
+    on_event(InferEvent::Normalised(&norm));
+    let mut image = vec![0f32; raw.len()];
+    normalize_image(&raw, norm.mean, norm.stddev, &mut image);
+    drop(raw);
+    let what = || format!("{} box {offset:?} + {shape:?} (z, y, x)", opts.image);
+    let inference_err = |source| IoError::Inference {
+        what: what(),
+        source,
+    };
+
+    let t_seeds = Instant::now();
+    let seeds = opts
+        .segment
+        .seeds
+        .seeds(&image, shape)
+        .map_err(inference_err)?;
+    let seed_seconds = t_seeds.elapsed().as_secs_f64();
+    on_event(InferEvent::Seeds {
+        count: seeds.len(),
+        seconds: seed_seconds,
+    });
+    if let Some(p) = &opts.seeds_out {
+        let text: String = seeds
+            .iter()
+            .map(|s| {
+                let v = [0, 1, 2].map(|a| s[a] + offset[a]);
+                format!("{},{},{}\n", v[2], v[1], v[0])
+            })
+            .collect();
+        write_atomic(p, text.as_bytes())?;
+    }
+    let mut outcome = InferOutcome {
+        offset,
+        shape,
+        normalisation: norm,
+        seeds,
+        seed_seconds,
+        segmentation: None,
+        seconds: 0.0,
+    };
+    if opts.seeds_only {
+        return Ok(outcome);
+    }
+
+    let mut seg_opts = SegmentOptions {
+        seeds: SeedPolicy::List(outcome.seeds.clone()),
+        ..opts.segment.clone()
+    };
+    seg_opts.inference.keep_probability_map = opts.prob_out.is_some();
+    let t0 = Instant::now();
+    let clock = move || t0.elapsed().as_secs_f64();
+    let seg = segment(&image, shape, predictor, &seg_opts, &clock, &mut |c| {
+        on_event(InferEvent::Progress(c))
+    })
+    .map_err(inference_err)?;
+    outcome.seconds = t0.elapsed().as_secs_f64();
+    write_labels(
+        &opts.out,
+        &array3(shape, seg.labels.clone(), "segmentation")?,
+    )?;
+    if let (Some(spec), Some(prob)) = (&opts.prob_out, &seg.probability) {
+        write_image_u8(spec, &array3(shape, prob.clone(), "probability map")?)?;
+    }
+    outcome.segmentation = Some(seg);
+    Ok(outcome)
+}
+
+/// `data` (`[z][y][x]` flattened) as an array of `shape`; `what` names it in the error.
+pub(crate) fn array3<T>(shape: [usize; 3], data: Vec<T>, what: &str) -> Result<Array3<T>, IoError> {
+    let found = data.len();
+    Array3::from_shape_vec((shape[0], shape[1], shape[2]), data).map_err(|_| {
+        IoError::InvalidOption {
+            field: what.into(),
+            expected: format!(
+                "{} values for shape {shape:?} (z, y, x)",
+                shape.iter().product::<usize>()
+            ),
+            found: format!("{found}"),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ffn_core::inference::LabelOracle;
+
+    /// Two boxes of ids 1 and 2 along x, 9 x 9 x 18 voxels, as float "image" values.
+    fn two_boxes(dir: &std::path::Path) -> VolumeSpec {
+        let spec = VolumeSpec::new(dir.join("v.h5"), "ids");
+        let img = Array3::from_shape_fn((9, 9, 18), |(_, _, x)| if x < 9 { 1.0 } else { 2.0 });
+        crate::write_image_f32(&spec, &img).unwrap();
+        spec
+    }
+
+    /// Options segmenting [`two_boxes`] in `dir` into `seg.h5:seg` with the oracle.
+    fn oracle_options(dir: &std::path::Path) -> InferOptions {
+        let out = VolumeSpec::new(dir.join("seg.h5"), "seg");
+        let mut o = InferOptions::new(two_boxes(dir), out);
+        // Identity normalisation: the oracle compares raw label ids.
+        o.normalisation.given = (Some(0.0), Some(1.0));
+        o.segment = LabelOracle::exhaustive_options();
+        o
+    }
+
+    #[test]
+    fn a_volume_on_disk_is_segmented_and_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = oracle_options(dir.path());
+        let out = opts.out.clone();
+        opts.prob_out = Some(VolumeSpec::new(dir.path().join("seg.h5"), "prob"));
+        let mut events = 0;
+        let done = infer_volume(&opts, &mut LabelOracle { fov: [5, 5, 5] }, &mut |_| {
+            events += 1
+        })
+        .unwrap();
+        assert!(events > 2);
+        assert_eq!(done.normalisation.source, "from the command line");
+        let seg = done.segmentation.unwrap();
+        assert_eq!(seg.counters.segments, 2);
+        let written = crate::read_labels(&out).unwrap();
+        assert_eq!(written.iter().copied().collect::<Vec<_>>(), seg.labels);
+        // The oracle's box interiors (FOV centres at least 2 voxels from every face) are covered.
+        assert_ne!(written[[4, 4, 3]], written[[4, 4, 14]]);
+        assert!(crate::read_image_u8(opts.prob_out.as_ref().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn a_box_and_seeds_only_write_seeds_in_image_coordinates() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = oracle_options(dir.path());
+        let out = opts.out.clone();
+        opts.region = Some(([1, 2, 3], [5, 5, 5]));
+        opts.segment.seeds = SeedPolicy::List(vec![[2, 2, 2]]);
+        opts.seeds_out = Some(dir.path().join("seeds.txt"));
+        opts.seeds_only = true;
+        let done = infer_volume(&opts, &mut LabelOracle { fov: [5, 5, 5] }, &mut |_| {}).unwrap();
+        assert!(done.segmentation.is_none());
+        let text = std::fs::read_to_string(dir.path().join("seeds.txt")).unwrap();
+        assert_eq!(text, "5,4,3\n");
+        assert!(
+            crate::read_labels(&out).is_err(),
+            "seeds only writes no labels"
+        );
+        // A listed seed outside the box is an error naming the volume and the seed.
+        opts.segment.seeds = SeedPolicy::List(vec![[5, 0, 0]]);
+        let e = infer_volume(&opts, &mut LabelOracle { fov: [5, 5, 5] }, &mut |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("v.h5:ids") && e.contains("seed 0 at [5, 0, 0]"),
+            "{e}"
+        );
+    }
+}
