@@ -21,15 +21,15 @@ pub mod labels;
 pub mod learning;
 pub mod model;
 pub mod normalisation;
-pub mod plot;
 pub mod picture;
+pub mod plot;
 pub mod precomputed;
 pub mod request;
 pub mod stack;
 pub mod tf_bundle;
 pub mod tile_store;
-pub mod training;
 pub mod tiled;
+pub mod training;
 pub mod volume;
 
 pub use checkpoint::{Checkpoint, load_checkpoint, save_checkpoint};

@@ -145,7 +145,7 @@ impl Canvas {
     /// Writes an RGB PNG.
     pub fn save(&self, path: &Path) -> Result<()> {
         let data: Vec<u8> = self.px.iter().flatten().copied().collect();
-        Ok(ffn_io::write_rgb_png(path, self.w, self.h, &data)?)
+        Ok(crate::write_rgb_png(path, self.w, self.h, &data)?)
     }
 }
 
