@@ -14,6 +14,7 @@ cargo test --workspace
 echo "== examples"
 cargo run -p ffn-core --example flood_fill
 cargo run -p ffn-core --example train_synthetic
+cargo run -p ffn-io --example train_and_segment
 if command -v mpirun >/dev/null 2>&1; then
   # With MPI (CI installs it): the shm variant starts its own ranks, the mpi one runs under mpirun.
   cargo run -p ffn-comm --features mpi --example allreduce -- shm
