@@ -117,9 +117,18 @@ fn job_env(n: usize) -> Result<Vec<(String, String)>> {
     ])
 }
 
-/// Hex of `bytes` random bytes from the OS (falls back to time and pid if /dev/urandom is missing).
+/// Hex of `bytes` random bytes ([`random_bytes`]).
 fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
+    random_bytes(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `n` random bytes from the OS (falls back to the clock and the process id if /dev/urandom is
+/// missing): job tokens and run ids, not cryptographic keys.
+pub fn random_bytes(n: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
     let ok = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut buf))
         .is_ok();
@@ -133,7 +142,7 @@ fn random_hex(bytes: usize) -> String {
             *b = (seed >> ((i % 16) * 8)) as u8;
         }
     }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    buf
 }
 
 /// Waits for every rank; on the first failure (or the timeout) stops the rest.

@@ -22,15 +22,10 @@ pub fn export_image(
         chunk_zyx,
         resolution_zyx,
     };
-    let mut w = PrecomputedWriter::create(dir, info)?;
-    while w.next_z() < shape[0] {
-        let z0 = w.next_z();
-        let n = chunk_zyx[0].min(shape[0] - z0);
+    write_slabs(dir, info, |z0, n| {
         let slab = crate::read_image_u8_region(spec, [z0, 0, 0], [n, shape[1], shape[2]])?;
-        w.write_slab(slab.mapv(u64::from).view())?;
-    }
-    w.finish()?;
-    Ok(())
+        Ok(slab.mapv(u64::from))
+    })
 }
 
 /// Exports a label volume as a precomputed segmentation in `dir` (uint32 when the ids fit).
@@ -60,13 +55,30 @@ pub fn export_segmentation(
         chunk_zyx,
         resolution_zyx,
     };
+    write_slabs(dir, info, |z0, n| {
+        Ok(crate::read_labels_region(
+            spec,
+            [z0, 0, 0],
+            [n, shape[1], shape[2]],
+        )?)
+    })?;
+    Ok(data_type)
+}
+
+/// Writes the volume `info` describes in `dir`, one chunk-high slab at a time: `read(z0, n)` gives
+/// the `n` planes from `z0`.
+fn write_slabs(
+    dir: &Path,
+    info: PrecomputedInfo,
+    mut read: impl FnMut(usize, usize) -> Result<ndarray::Array3<u64>>,
+) -> Result<()> {
+    let (depth, chunk) = (info.shape_zyx[0], info.chunk_zyx[0]);
     let mut w = PrecomputedWriter::create(dir, info)?;
-    while w.next_z() < shape[0] {
+    while w.next_z() < depth {
         let z0 = w.next_z();
-        let n = chunk_zyx[0].min(shape[0] - z0);
-        let slab = crate::read_labels_region(spec, [z0, 0, 0], [n, shape[1], shape[2]])?;
+        let slab = read(z0, chunk.min(depth - z0))?;
         w.write_slab(slab.view())?;
     }
     w.finish()?;
-    Ok(data_type)
+    Ok(())
 }

@@ -25,7 +25,6 @@ use ffn_core::network::ConvStack3d;
 use ffn_core::segmentation::MergeRule;
 use ffn_io::tiled::{TiledOptions, Worker, finish, run_tiles};
 use ffn_io::{NormalisationChoice, VolumeSpec};
-use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -258,10 +257,10 @@ pub fn run(args: Args) -> Result<()> {
     let mut comm = ffn_comm::connect(backend, &comm_opts)
         .with_context(|| format!("connecting with backend {backend}"))?;
     let (rank, ranks) = (comm.rank(), comm.size());
-    let mut run_id = [0u8; 16];
-    if rank == 0 {
-        run_id = random_bytes();
-    }
+    let mut run_id = match rank {
+        0 => ffn_comm::launch::random_bytes(16),
+        _ => vec![0u8; 16],
+    };
     comm.broadcast_bytes(&mut run_id, 0)
         .context("broadcasting the run id")?;
     let run_id: String = run_id.iter().map(|b| format!("{b:02x}")).collect();
@@ -338,23 +337,6 @@ pub fn run(args: Args) -> Result<()> {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// 16 random bytes for the run id (from /dev/urandom, else the clock and the process id).
-fn random_bytes() -> [u8; 16] {
-    let mut buf = [0u8; 16];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .is_ok();
-    if !ok {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        let seed = t ^ ((std::process::id() as u128) << 64);
-        buf = seed.to_le_bytes();
-    }
-    buf
 }
 
 #[cfg(test)]
