@@ -25,6 +25,7 @@ pub mod picture;
 pub mod plot;
 pub mod precomputed;
 pub mod request;
+pub mod slice_view;
 pub mod stack;
 pub mod tf_bundle;
 pub mod tile_store;
