@@ -14,6 +14,7 @@ pub mod coords;
 pub mod cpu_time;
 pub mod crc32c;
 pub mod error;
+pub mod evaluation;
 pub mod export;
 pub mod heldout;
 pub mod infer;

@@ -3,12 +3,9 @@
 
 use crate::args::parse_xyz;
 use anyhow::{Context, Result, bail};
-use ffn_core::metrics::{
-    Contingency, ErrorObject, MetricOptions, Scores, scores, worst_merges, worst_splits,
-};
+use ffn_core::metrics::MetricOptions;
 use ffn_io::VolumeSpec;
-use ndarray::{Array3, s};
-use serde_json::{Value, json};
+use ffn_io::evaluation::{Evaluation, evaluate_volumes, report_json};
 
 /// Arguments of `ffn eval`.
 #[derive(clap::Args, Debug)]
@@ -37,40 +34,6 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-}
-
-fn error_json(e: &ErrorObject) -> Value {
-    json!({
-        "id": e.id,
-        "voxels": e.voxels,
-        "vi_bits": e.vi_bits,
-        "parts": e.parts.iter().map(|&(l, n)| json!([l, n])).collect::<Vec<_>>(),
-    })
-}
-
-/// Scores plus the worst merges and splits, as `ffn eval --json` prints them.
-pub fn report_json(
-    s: &Scores,
-    merges: &[ErrorObject],
-    splits: &[ErrorObject],
-    opts: &MetricOptions,
-) -> Value {
-    json!({
-        "voi_split": s.voi_split,
-        "voi_merge": s.voi_merge,
-        "voi_total": s.voi_split + s.voi_merge,
-        "rand_split": s.rand_split,
-        "rand_merge": s.rand_merge,
-        "adapted_rand_error": s.adapted_rand_error,
-        "voxels": s.voxels,
-        "conventions": {
-            "ignore_truth_zero": opts.ignore_truth_zero,
-            "test_zero_singletons": opts.test_zero_singletons,
-            "count_self_pairs": opts.count_self_pairs,
-        },
-        "worst_merges": merges.iter().map(error_json).collect::<Vec<_>>(),
-        "worst_splits": splits.iter().map(error_json).collect::<Vec<_>>(),
-    })
 }
 
 fn parts_text(parts: &[(u64, u64)]) -> String {
@@ -103,52 +66,16 @@ pub fn run(args: Args) -> Result<()> {
     opts.test_zero_singletons = args.test_zero_singletons;
     let truth_spec: VolumeSpec = args.truth.parse().context("--truth")?;
     let test_spec: VolumeSpec = args.test.parse().context("--test")?;
-    let truth = ffn_io::read_labels(&truth_spec)
-        .with_context(|| format!("reading the truth {truth_spec}"))?;
-    let test =
-        ffn_io::read_labels(&test_spec).with_context(|| format!("reading the test {test_spec}"))?;
-    let truth = match &args.truth_offset {
-        Some(o) => {
-            let o = parse_xyz(o, "--truth-offset")?;
-            let ts = test.shape();
-            let t = truth.shape();
-            for a in 0..3 {
-                if o[a] + ts[a] > t[a] {
-                    bail!(
-                        "--truth-offset: the test ({} x {} x {} z,y,x) at offset {:?} (z,y,x) does not fit in the truth {truth_spec} ({} x {} x {})",
-                        ts[0],
-                        ts[1],
-                        ts[2],
-                        o,
-                        t[0],
-                        t[1],
-                        t[2]
-                    );
-                }
-            }
-            truth
-                .slice(s![
-                    o[0]..o[0] + ts[0],
-                    o[1]..o[1] + ts[1],
-                    o[2]..o[2] + ts[2]
-                ])
-                .to_owned()
-        }
-        None => truth,
-    };
-    if truth.shape() != test.shape() {
-        bail!(
-            "shapes differ: truth {truth_spec} is {:?} and test {test_spec} is {:?} (z,y,x); use --truth-offset for a crop",
-            truth.shape(),
-            test.shape()
-        );
-    }
-    let (t, g) = (standard(truth), standard(test));
-    let c = Contingency::new(&t, &g, &opts)
-        .map_err(|e| anyhow::anyhow!("{truth_spec} vs {test_spec}: {e}"))?;
-    let sc = scores(&c, &opts);
-    let merges = worst_merges(&c, args.worst);
-    let splits = worst_splits(&c, args.worst);
+    let truth_offset = args
+        .truth_offset
+        .as_deref()
+        .map(|o| parse_xyz(o, "--truth-offset"))
+        .transpose()?;
+    let Evaluation {
+        scores: sc,
+        merges,
+        splits,
+    } = evaluate_volumes(&truth_spec, &test_spec, truth_offset, &opts, args.worst)?;
     if args.json {
         println!("{}", report_json(&sc, &merges, &splits, &opts));
         return Ok(());
@@ -192,9 +119,4 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The labels in standard (z, y, x) order as one flat vector.
-fn standard(v: Array3<u64>) -> Vec<u64> {
-    v.iter().copied().collect()
 }
