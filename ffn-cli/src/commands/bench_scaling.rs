@@ -20,7 +20,7 @@ use ffn_comm::{Backend, Communicator};
 use ffn_core::model_spec::ModelConfig;
 use serde_json::{Value, json};
 
-use ffn_comm::data_parallel::scaling::{ScalingOptions, measure_rank, ring_allreduce_seconds};
+use ffn_comm::data_parallel::scaling::{ScalingOptions, measure_rank, weak_scaling_summary};
 use ffn_comm::data_parallel::{DataParallel, DataParallelOptions};
 use ffn_core::training::distributed::LrScaling;
 
@@ -274,60 +274,13 @@ fn measure(a: &Args, cfg: &ModelConfig, n: usize) -> Result<Value> {
 
 fn report(a: &Args, cfg: &ModelConfig, runs: &[Value]) -> Result<()> {
     let g = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
-    let base = &runs[0];
-    let t1 = g(base, "step_s");
-    let rows: Vec<Value> = runs
-        .iter()
-        .map(|r| {
-            let (t, n) = (g(r, "step_s"), g(r, "ranks"));
-            // Weak scaling: the same work per rank, so efficiency = T_step(baseline) / T_step(n).
-            let eff = if t > 0.0 { t1 / t } else { 0.0 };
-            json!({
-                "ranks": r["ranks"], "step_s": t, "examples_per_s": n * a.batch as f64 / t.max(1e-12),
-                "efficiency": eff,
-                "compute_s": g(r, "compute_s"),
-                "exposed_comm_s": g(r, "exposed_comm_s").max(0.0), "comm_busy_s": g(r, "comm_busy_s").max(0.0),
-                "phases": {"prepare_s": r["prepare_s"], "forward_s": r["forward_s"], "backward_s": r["backward_s"], "wait_s": r["exposed_comm_s"], "optimizer_s": r["optimizer_s"]},
-            })
-        })
-        .collect();
-    // The comm model from the largest multi-rank run.
-    let fit = runs
-        .iter()
-        .rev()
-        .find(|r| r.get("allreduce_fit").is_some_and(|f| !f.is_null()));
-    let mut model = Value::Null;
-    let mut projection = Vec::new();
-    if let Some(r) = fit {
-        let p = g(r, "ranks").max(2.0);
-        let f = &r["allreduce_fit"];
-        let alpha = a
-            .alpha_us
-            .map(|x| x * 1e-6)
-            .unwrap_or(g(f, "a_s") / (2.0 * (p - 1.0)));
-        let bw = a
-            .bandwidth_gbs
-            .map(|x| x * 1e9)
-            .unwrap_or(2.0 * (p - 1.0) / p / g(f, "b_s_per_byte"));
-        let (s, last) = (g(r, "gradient_bytes"), g(r, "last_bucket_bytes"));
-        let bwd = g(base, "backward_s");
-        for pr in [16usize, 32, 64, 128, 256, 512, 1024, 2048] {
-            let t = ring_allreduce_seconds(alpha, bw, pr, s);
-            let exposed = if a.no_overlap {
-                t
-            } else {
-                ring_allreduce_seconds(alpha, bw, pr, last).max(t - bwd)
-            };
-            projection.push(json!({"ranks": pr, "allreduce_s": t, "exposed_s": exposed, "efficiency": t1 / (t1 + exposed)}));
-        }
-        model = json!({
-            "alpha_s": alpha, "bandwidth_bytes_per_s": bw, "measured_at_ranks": p as usize,
-            "alpha_source": if a.alpha_us.is_some() { "--alpha-us" } else { "measured" },
-            "bandwidth_source": if a.bandwidth_gbs.is_some() { "--bandwidth-gbs" } else { "measured" },
-            "formula": "t_allreduce(P,S) = 2(P-1) alpha + 2(P-1)/P * S/B (ring); exposed(P) = max(t(P, S_last_bucket), t(P, S_gradient) - T_backward(1 rank)); efficiency(P) = T_step(1 rank) / (T_step(1 rank) + exposed(P))",
-            "fit": r["allreduce_fit"],
-        });
-    }
+    let (rows, model, projection) = weak_scaling_summary(
+        runs,
+        a.batch,
+        !a.no_overlap,
+        a.alpha_us.map(|x| x * 1e-6),
+        a.bandwidth_gbs.map(|x| x * 1e9),
+    );
     let out = json!({
         "backend": a.backend.name(), "threads_per_rank": a.threads_per_rank,
         "model": {"depth": cfg.depth, "fov": cfg.fov, "features": cfg.features, "batch_per_rank": a.batch, "params": cfg.num_params()},

@@ -155,3 +155,67 @@ pub fn ring_allreduce_seconds(alpha: f64, bw: f64, p: usize, bytes: f64) -> f64 
     let p = p as f64;
     2.0 * (p - 1.0) * alpha + 2.0 * (p - 1.0) / p * bytes / bw
 }
+
+/// The weak-scaling table of `runs` (the [`measure_rank`] results, the first the baseline): per
+/// run its step time, examples/s (`batch` per rank), efficiency against the baseline, compute and
+/// exposed communication; the communication model fitted on the largest multi-rank run
+/// (`alpha_s` latency and `bandwidth` in bytes/s override the fit); and the projection of the
+/// exposed allreduce to 16..2048 ranks (with `overlap`, only what backward does not hide).
+pub fn weak_scaling_summary(
+    runs: &[Value],
+    batch: usize,
+    overlap: bool,
+    alpha_s: Option<f64>,
+    bandwidth: Option<f64>,
+) -> (Vec<Value>, Value, Vec<Value>) {
+    let g = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let base = &runs[0];
+    let t1 = g(base, "step_s");
+    let rows: Vec<Value> = runs
+        .iter()
+        .map(|r| {
+            let (t, n) = (g(r, "step_s"), g(r, "ranks"));
+            // Weak scaling: the same work per rank, so efficiency = T_step(baseline) / T_step(n).
+            let eff = if t > 0.0 { t1 / t } else { 0.0 };
+            json!({
+                "ranks": r["ranks"], "step_s": t, "examples_per_s": n * batch as f64 / t.max(1e-12),
+                "efficiency": eff,
+                "compute_s": g(r, "compute_s"),
+                "exposed_comm_s": g(r, "exposed_comm_s").max(0.0), "comm_busy_s": g(r, "comm_busy_s").max(0.0),
+                "phases": {"prepare_s": r["prepare_s"], "forward_s": r["forward_s"], "backward_s": r["backward_s"], "wait_s": r["exposed_comm_s"], "optimizer_s": r["optimizer_s"]},
+            })
+        })
+        .collect();
+    // The comm model from the largest multi-rank run.
+    let fit = runs
+        .iter()
+        .rev()
+        .find(|r| r.get("allreduce_fit").is_some_and(|f| !f.is_null()));
+    let mut model = Value::Null;
+    let mut projection = Vec::new();
+    if let Some(r) = fit {
+        let p = g(r, "ranks").max(2.0);
+        let f = &r["allreduce_fit"];
+        let alpha = alpha_s.unwrap_or(g(f, "a_s") / (2.0 * (p - 1.0)));
+        let bw = bandwidth.unwrap_or(2.0 * (p - 1.0) / p / g(f, "b_s_per_byte"));
+        let (s, last) = (g(r, "gradient_bytes"), g(r, "last_bucket_bytes"));
+        let bwd = g(base, "backward_s");
+        for pr in [16usize, 32, 64, 128, 256, 512, 1024, 2048] {
+            let t = ring_allreduce_seconds(alpha, bw, pr, s);
+            let exposed = if !overlap {
+                t
+            } else {
+                ring_allreduce_seconds(alpha, bw, pr, last).max(t - bwd)
+            };
+            projection.push(json!({"ranks": pr, "allreduce_s": t, "exposed_s": exposed, "efficiency": t1 / (t1 + exposed)}));
+        }
+        model = json!({
+            "alpha_s": alpha, "bandwidth_bytes_per_s": bw, "measured_at_ranks": p as usize,
+            "alpha_source": if alpha_s.is_some() { "--alpha-us" } else { "measured" },
+            "bandwidth_source": if bandwidth.is_some() { "--bandwidth-gbs" } else { "measured" },
+            "formula": "t_allreduce(P,S) = 2(P-1) alpha + 2(P-1)/P * S/B (ring); exposed(P) = max(t(P, S_last_bucket), t(P, S_gradient) - T_backward(1 rank)); efficiency(P) = T_step(1 rank) / (T_step(1 rank) + exposed(P))",
+            "fit": r["allreduce_fit"],
+        });
+    }
+    (rows, model, projection)
+}
