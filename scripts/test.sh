@@ -12,16 +12,17 @@ export HDF5_USE_FILE_LOCKING=FALSE
 cargo test --workspace
 
 echo "== examples"
-cargo run -p ffn-core --example flood_fill
-cargo run -p ffn-core --example train_synthetic
-cargo run -p ffn-io --example train_and_segment
+# In the test profile: optimised like the tests, and built on what `cargo test` just built.
+cargo run --profile test -p ffn-core --example flood_fill
+cargo run --profile test -p ffn-core --example train_synthetic
+cargo run --profile test -p ffn-io --example train_and_segment
 if command -v mpirun >/dev/null 2>&1; then
   # With MPI (CI installs it): the shm variant starts its own ranks, the mpi one runs under mpirun.
-  cargo run -p ffn-comm --features mpi --example allreduce -- shm
+  cargo run --profile test -p ffn-comm --features mpi --example allreduce -- shm
   mpirun -n 2 "${CARGO_TARGET_DIR:-target}/debug/examples/allreduce" mpi
 else
-  cargo run -p ffn-comm --example allreduce -- shm
+  cargo run --profile test -p ffn-comm --example allreduce -- shm
 fi
 # Data-parallel training with the communicator chosen at run time: threads, then shm processes.
-cargo run -p ffn-comm --example train_data_parallel -- local 2
-cargo run -p ffn-comm --example train_data_parallel -- shm 2
+cargo run --profile test -p ffn-comm --example train_data_parallel -- local 2
+cargo run --profile test -p ffn-comm --example train_data_parallel -- shm 2
