@@ -488,10 +488,10 @@ impl<'g> TrainingRun<'g> {
     }
 
     /// Steps until done, calling `observe` after every step, then [`TrainingRun::finish`].
-    pub fn run(mut self, mut observe: impl FnMut(&StepOutcome)) -> Result<Summary> {
+    pub fn run(mut self, mut observe: impl FnMut(&Self, &StepOutcome)) -> Result<Summary> {
         while !self.is_done()? {
             let outcome = self.step()?;
-            observe(&outcome);
+            observe(&self, &outcome);
         }
         self.finish()
     }
@@ -505,12 +505,7 @@ pub fn train(
     observe: impl Fn(&TrainingRun<'_>, &StepOutcome) + Sync,
 ) -> Result<Summary> {
     ffn_comm::data_parallel::run(group, |g| {
-        let mut run = TrainingRun::new(opts.clone(), g)?;
-        while !run.is_done()? {
-            let outcome = run.step()?;
-            observe(&run, &outcome);
-        }
-        run.finish()
+        TrainingRun::new(opts.clone(), g)?.run(|run, outcome| observe(run, outcome))
     })
 }
 
