@@ -13,6 +13,7 @@ pub mod config;
 pub mod coords;
 pub mod cpu_time;
 pub mod crc32c;
+pub mod demo;
 pub mod error;
 pub mod evaluation;
 pub mod export;
