@@ -15,29 +15,11 @@ use ffn_core::training::{step::*, trainer::*};
 use ffn_core::{model_spec::ModelConfig, network::ConvStack3d, rng::Rng, synth};
 
 fn train(group: &DataParallel) -> Result<(f32, f32)> {
-    let model = ModelConfig {
-        depth: 2,
-        features: 8,
-        fov: [9; 3],
-        deltas: [3; 3],
-    };
-    let v = synth::generate(&synth::SynthConfig {
-        shape: [40; 3],
-        neurites: 6,
-        ..Default::default()
-    })?;
-    let image = v.image.mapv(|g| (g as f32 - 128.0) / 33.0);
-    let volume = TrainingVolume {
-        name: "synth".into(),
-        image,
-        labels: v.labels,
-    };
-    let coords: Vec<Coordinate> = (0..512)
-        .map(|i| Coordinate {
-            volume: 0,
-            zyx: [8 + i % 24, 8 + (i / 24) % 24, 20],
-        })
-        .collect();
+    let model = ModelConfig::new(2, 8, [9; 3], [3; 3]);
+    let v = synth::generate(&synth::SynthConfig::new([40; 3], 6))?;
+    let volume = TrainingVolume::from_u8("synth", &v.image, v.labels, 128.0, 33.0);
+    let zyx = |i: u32| [8 + i % 24, 8 + (i / 24) % 24, 20];
+    let coords = (0..512).map(|i| Coordinate::new(0, zyx(i))).collect();
     let config = TrainerConfig::new(ExampleConfig::new(model.fov, model.deltas), 4, 1);
     let mut trainer = Trainer::new(group.trainer_config(config), vec![volume], coords)?;
     let mut net = ConvStack3d::new(model, 0.05, &mut Rng::new(1));

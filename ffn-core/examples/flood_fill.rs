@@ -25,16 +25,13 @@ impl Predictor for Oracle {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let cfg = SynthConfig {
-        shape: [32, 32, 32],
-        neurites: 8,
-        ..SynthConfig::default()
-    };
+    let cfg = SynthConfig::new([32; 3], 8);
     let truth = generate(&cfg)?.labels;
     let labels: Vec<f32> = truth.iter().map(|&l| l as f32).collect();
+    let min_segment_size = 50;
     let opts = InferenceOptions {
-        min_segment_size: 50,
-        ..InferenceOptions::default()
+        min_segment_size,
+        ..Default::default()
     };
     let mut canvas = Canvas::new(&labels, cfg.shape, [9; 3], [2; 3], opts)?;
     let seeds = policy_grid(cfg.shape, 6, &[4]);
@@ -58,10 +55,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         canvas.origins().len(),
         100.0 * segmented
     );
-    let impure = cover
-        .iter()
-        .filter(|(s, t)| **s != 0 && t.len() != 1)
-        .count();
+    let impure = cover.iter().filter(|(s, t)| **s != 0 && t.len() != 1);
+    let impure = impure.count();
     if impure > 0 || segmented < 0.7 {
         return Err(
             format!("{impure} segments span several neurites; {segmented:.3} covered").into(),

@@ -4,47 +4,29 @@
 //! and the last steps' mean loss is below the first steps'.
 //!
 //! Run: `cargo run -p ffn-core --example train_synthetic`
-use ffn_core::model_spec::ModelConfig;
-use ffn_core::network::ConvStack3d;
 use ffn_core::optim::{Adam, Optimizer};
-use ffn_core::rng::Rng;
 use ffn_core::synth::{SynthConfig, generate};
 use ffn_core::training::coordinates::{CoordinateConfig, build_coordinates};
-use ffn_core::training::examples::ExampleConfig;
 use ffn_core::training::partitions::{PartitionConfig, compute_partitions};
-use ffn_core::training::schedule::LrSchedule;
-use ffn_core::training::step::{NoReduce, StepBuffers, StepOptions, train_step};
-use ffn_core::training::trainer::{Trainer, TrainerConfig, TrainingVolume};
+use ffn_core::training::{examples::ExampleConfig, schedule::LrSchedule, step::*, trainer::*};
+use ffn_core::{model_spec::ModelConfig, network::ConvStack3d, rng::Rng};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (steps, fov, deltas) = (40, [9; 3], [2; 3]);
-    let synth = generate(&SynthConfig {
-        shape: [32, 32, 32],
-        neurites: 8,
-        ..SynthConfig::default()
-    })?;
-    let image = synth.image.mapv(|g| (g as f32 - 128.0) / 33.0);
-    let volume = TrainingVolume {
-        name: "synth".into(),
-        image,
-        labels: synth.labels,
-    };
+    let synth = generate(&SynthConfig::new([32; 3], 8))?;
+    let volume = TrainingVolume::from_u8("synth", &synth.image, synth.labels, 128.0, 33.0);
     let radius = [0, 1, 2].map(|a| fov[a] / 2 + deltas[a]);
     let (mut parts_cfg, margin) = (PartitionConfig::default(), radius);
     (parts_cfg.lom_radius, parts_cfg.min_size) = (radius, 100);
     let parts = compute_partitions(volume.labels.view(), &parts_cfg)?;
+    let max_per_class = Some(2000);
     let coord_cfg = CoordinateConfig {
         margin,
-        max_per_class: Some(2000),
+        max_per_class,
     };
     let coords = build_coordinates(&[parts.view()], &coord_cfg, &mut Rng::new(1))?;
 
-    let model = ModelConfig {
-        depth: 2,
-        features: 8,
-        fov,
-        deltas,
-    };
+    let model = ModelConfig::new(2, 8, fov, deltas);
     let mut net = ConvStack3d::new(model, 0.01, &mut Rng::new(2));
     let config = TrainerConfig::new(ExampleConfig::new(fov, deltas), 4, 3);
     let mut trainer = Trainer::new(config, vec![volume], coords)?;
@@ -55,14 +37,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut losses = Vec::new();
     for step in 0..steps {
         let apply = |p: &mut [f32], g: &[f32], lr| adam.step(p, g, lr);
-        let report = train_step(
-            &mut trainer,
-            &mut net,
-            &mut bufs,
-            &opts,
-            &mut NoReduce,
-            apply,
-        )?;
+        let (t, n, b) = (&mut trainer, &mut net, &mut bufs);
+        let report = train_step(t, n, b, &opts, &mut NoReduce, apply)?;
         println!("step {step:>2}: loss {:.4} (lr {})", report.loss, report.lr);
         losses.push(report.loss);
     }

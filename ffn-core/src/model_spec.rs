@@ -27,6 +27,19 @@ pub struct ModelConfig {
     pub deltas: [usize; 3],
 }
 
+impl ModelConfig {
+    /// A network of `depth`, `features` maps, field of view `fov` and movement step `deltas`
+    /// (both `[z, y, x]`).
+    pub const fn new(depth: usize, features: usize, fov: [usize; 3], deltas: [usize; 3]) -> Self {
+        Self {
+            depth,
+            features,
+            fov,
+            deltas,
+        }
+    }
+}
+
 impl Default for ModelConfig {
     /// google/ffn's code default: depth 9, 32 features, FOV 33^3, deltas 8.
     fn default() -> Self {

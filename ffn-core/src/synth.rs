@@ -104,6 +104,16 @@ fn check(ok: bool, field: &'static str, expected: &'static str) -> Result<(), Sy
 }
 
 impl SynthConfig {
+    /// A volume of `shape` (`[z, y, x]`) with `neurites` objects; the other fields as in
+    /// [`SynthConfig::default`].
+    pub fn new(shape: [usize; 3], neurites: usize) -> Self {
+        Self {
+            shape,
+            neurites,
+            ..Self::default()
+        }
+    }
+
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<(), SynthError> {
         check(

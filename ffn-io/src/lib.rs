@@ -29,6 +29,7 @@ pub mod precomputed;
 pub mod request;
 pub mod slice_view;
 pub mod stack;
+pub mod synth;
 pub mod tf_bundle;
 pub mod tile_store;
 pub mod tiled;

@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use ffn_core::synth::{SynthConfig, generate};
-use ffn_io::VolumeSpec;
+use ffn_core::synth::SynthConfig;
 
 use crate::args::parse_xyz;
 
@@ -64,21 +63,11 @@ impl Args {
     }
 }
 
-/// Generates and writes the volume; returns the image and labels specs.
-pub fn write(args: &Args) -> Result<(VolumeSpec, VolumeSpec)> {
-    let cfg = args.config()?;
-    let v = generate(&cfg)?;
-    let image = VolumeSpec::new(&args.out, &args.image_dataset);
-    let labels = VolumeSpec::new(&args.out, &args.labels_dataset);
-    ffn_io::write_image_u8(&image, &v.image)?;
-    ffn_io::write_labels(&labels, &v.labels)?;
-    Ok((image, labels))
-}
-
 /// Runs `ffn synth`.
 pub fn run(args: Args) -> Result<()> {
-    let (image, labels) = write(&args)?;
     let cfg = args.config()?;
+    let (image, labels) =
+        ffn_io::synth::write_synthetic(&args.out, &args.image_dataset, &args.labels_dataset, &cfg)?;
     println!(
         "wrote {image} (uint8) and {labels}: {}x{}x{} (x,y,z), {} neurites, seed {}",
         cfg.shape[2], cfg.shape[1], cfg.shape[0], cfg.neurites, cfg.seed

@@ -23,6 +23,13 @@ pub struct Coordinate {
     pub zyx: [u32; 3],
 }
 
+impl Coordinate {
+    /// The voxel `zyx` of volume number `volume`.
+    pub const fn new(volume: u32, zyx: [u32; 3]) -> Self {
+        Self { volume, zyx }
+    }
+}
+
 /// Parameters of [`build_coordinates`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CoordinateConfig {

@@ -38,6 +38,24 @@ pub struct TrainingVolume {
     pub labels: Array3<u64>,
 }
 
+impl TrainingVolume {
+    /// The volume `name` of the raw 8-bit `image`, normalised as `(raw - mean) / stddev`, and its
+    /// `labels`.
+    pub fn from_u8(
+        name: &str,
+        image: &Array3<u8>,
+        labels: Array3<u64>,
+        mean: f32,
+        stddev: f32,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            image: image.mapv(|g| (f32::from(g) - mean) / stddev),
+            labels,
+        }
+    }
+}
+
 /// Parameters of a [`Trainer`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TrainerConfig {
