@@ -138,7 +138,7 @@ pub fn run(args: Args) -> Result<()> {
     ffn_io::write_image_u8(&spec(&data, "image"), &image)?;
     ffn_io::write_labels(&spec(&data, "labels"), &labels)?;
     let nz = image.dim().0;
-    let (offset, shape) = super::infer::parse_box(
+    let (offset, shape) = crate::args::parse_box(
         Some(&args.offset),
         Some(&args.size),
         [nz, image.dim().1, image.dim().2],
