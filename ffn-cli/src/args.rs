@@ -1,35 +1,10 @@
-//! The argument parsers every subcommand shares: `x,y,z` triples, number lists and named volume
-//! specs. Errors name the flag (or file and line) given as `what`, the text and what was expected.
-
-use std::str::FromStr;
+//! The argument parsers every subcommand shares: `x,y,z` triples and boxes (from
+//! [`ffn_io::xyz`]), number lists and named volume specs. Errors name the flag (or file and line)
+//! given as `what`, the text and what was expected.
 
 use anyhow::{Context, Result, bail};
 use ffn_io::VolumeSpec;
-
-/// Parses `x,y,z` (or one value for all three) non-negative integers into `[z, y, x]`.
-pub fn parse_xyz(text: &str, what: &str) -> Result<[usize; 3]> {
-    parse_triple(text, what)
-}
-
-/// Parses `x,y,z` (or one value for all three) of any number type into `[z, y, x]`.
-pub fn parse_triple<T: FromStr + Copy>(text: &str, what: &str) -> Result<[T; 3]> {
-    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-    let num = |p: &str| {
-        p.parse::<T>().ok().with_context(|| {
-            format!(
-                "{what} {text:?}: expected three numbers x,y,z (or one for all three), found {p:?}"
-            )
-        })
-    };
-    match parts.as_slice() {
-        [v] => Ok([num(v)?; 3]),
-        [x, y, z] => Ok([num(z)?, num(y)?, num(x)?]),
-        _ => bail!(
-            "{what} {text:?}: expected three numbers x,y,z (or one for all three), found {} values",
-            parts.len()
-        ),
-    }
-}
+pub use ffn_io::xyz::{parse_box, parse_triple, parse_xyz};
 
 /// Parses a comma-separated list of numbers.
 pub fn parse_f32_list(text: &str, what: &str) -> Result<Vec<f32>> {
@@ -67,19 +42,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn triples_are_read_as_xyz_and_errors_name_the_flag() {
-        assert_eq!(parse_xyz("64, 32,16", "--chunk").unwrap(), [16, 32, 64]);
-        assert_eq!(parse_xyz("25", "--fov").unwrap(), [25; 3]);
-        let e = parse_xyz("64,32", "--chunk").unwrap_err().to_string();
-        assert!(
-            e.contains("--chunk \"64,32\": expected three numbers"),
-            "{e}"
-        );
-        let e = parse_triple::<f64>("8,8,x", "--resolution")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("--resolution") && e.contains("\"x\""), "{e}");
-        assert!(parse_xyz("1,-2,3", "--size").is_err());
+    fn lists_and_named_specs_are_read_and_errors_name_the_flag() {
         assert_eq!(parse_f32_list("0.5, 1", "--t").unwrap(), [0.5, 1.0]);
         assert!(
             parse_f32_list("0.5,a", "--t")

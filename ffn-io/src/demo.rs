@@ -174,12 +174,7 @@ pub fn run_demo(opts: &DemoOptions, on_event: &mut dyn FnMut(DemoEvent<'_>)) -> 
     crate::write_image_u8(&spec("image"), &image)?;
     crate::write_labels(&spec("labels"), &labels)?;
     let (offset, shape) = (opts.offset, opts.size);
-    if (0..3).any(|a| offset[a] + shape[a] > full[a] || shape[a] == 0) {
-        bail!(
-            "--offset/--size: the box {offset:?} + {shape:?} (z,y,x) does not fit in {} of shape {full:?} (z,y,x)",
-            spec("image")
-        );
-    }
+    crate::xyz::check_box(offset, shape, full, &spec("image"))?;
     if opts.train_z <= 2 * radius[0] || offset[0] < opts.train_z {
         bail!(
             "--train-z {} and the box at z = {}: the training part must be thicker than {} slices and the \

@@ -35,6 +35,7 @@ pub mod tile_store;
 pub mod tiled;
 pub mod training;
 pub mod volume;
+pub mod xyz;
 
 pub use checkpoint::{Checkpoint, load_checkpoint, save_checkpoint};
 pub use error::IoError;

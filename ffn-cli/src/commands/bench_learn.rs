@@ -55,7 +55,7 @@ pub struct Args {
 /// Runs `ffn bench learn`.
 pub fn run(args: Args) -> Result<()> {
     let full = ffn_io::dataset_shape(&args.image)?;
-    let (offset, size) = super::infer::parse_box(
+    let (offset, size) = crate::args::parse_box(
         Some(args.offset.as_str()),
         Some(args.size.as_str()),
         full,

@@ -62,7 +62,7 @@ impl Region {
         full: [usize; 3],
         volume: &dyn std::fmt::Display,
     ) -> Result<([usize; 3], [usize; 3])> {
-        super::infer::parse_box(self.offset.as_deref(), self.size.as_deref(), full, volume)
+        crate::args::parse_box(self.offset.as_deref(), self.size.as_deref(), full, volume)
     }
 }
 

@@ -1,30 +1,16 @@
 //! `ffn infer-tiled`: flood-filling inference of a volume in overlapping tiles, on one or many
 //! ranks, with resumable per-tile results and global ids.
 //!
-//! The work is [`ffn_io::tiled`] (`run_tiles`, `finish`); this module turns flags into its
-//! `TiledOptions`, connects the ranks (run id, final barrier) and prints.
-//!
-//! 1. The volume is cut into tiles of `--tile-size` overlapping by `--tile-overlap`
-//!    (`ffn_core::segmentation::tiling`); each tile reads only its own box of the image.
-//! 2. Every tile is segmented on its own (canvas, seed policy, predictor) and saved to the tile store
-//!    (`--tile-store`, `ffn_io::tile_store`) atomically. A rerun skips finished tiles, so a killed job
-//!    resumes where it stopped.
-//! 3. Scheduling is dynamic: every rank walks the tile list and takes the next unfinished tile by
-//!    creating its claim file in the store (atomic `create_new`), so a rank that finishes early takes
-//!    more tiles. No point-to-point messages are needed: the communicator only broadcasts the run id
-//!    and holds the final barrier. (The store folder must be shared by all ranks: one host, or a
-//!    shared file system.)
-//! 4. Rank 0 reconciles: segments meeting in tile overlaps are merged by overlap size
-//!    (`ffn_core::segmentation::reconcile`), every voxel is taken from the tile whose core holds it,
-//!    ids are made contiguous, and the volume is written chunked and compressed (`write_labels`).
+//! The work is [`ffn_io::tiled`] (how tiles are cut, claimed, resumed and reconciled is described
+//! there): [`TiledSettings::resolve`] turns the flags into the predictor, options and plan,
+//! [`connect_ranks`] gives the ranks one run id, `run_tiles` segments the tiles this rank claims
+//! and rank 0 merges them (`finish`) after the final barrier. This module parses and prints.
 
 use anyhow::{Context, Result, bail};
-use ffn_comm::{Backend, CommOptions};
-use ffn_core::inference::{InferenceOptions, LabelOracle, Predictor, SegmentOptions};
-use ffn_core::network::ConvStack3d;
+use ffn_comm::Backend;
 use ffn_core::segmentation::MergeRule;
-use ffn_io::tiled::{TiledOptions, Worker, finish, run_tiles};
-use ffn_io::{NormalisationChoice, VolumeSpec};
+use ffn_io::VolumeSpec;
+use ffn_io::tiled::{TiledSettings, Worker, connect_ranks, finish, run_tiles};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -121,22 +107,6 @@ pub struct Args {
     pub min_overlap_fraction: f64,
 }
 
-/// Parses `n` or `x,y,z` (the order `ffn infer` uses on the command line) into `[z, y, x]`.
-pub fn parse_sizes(flag: &str, text: &str) -> Result<[usize; 3]> {
-    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-    let err = || anyhow::anyhow!("--{flag} {text:?}: expected one number or three numbers x,y,z");
-    let v: Vec<usize> = parts
-        .iter()
-        .map(|p| p.parse::<usize>())
-        .collect::<Result<_, _>>()
-        .map_err(|_| err())?;
-    match v[..] {
-        [n] => Ok([n; 3]),
-        [x, y, z] => Ok([z, y, x]),
-        _ => Err(err()),
-    }
-}
-
 /// Runs `ffn infer-tiled`.
 pub fn run(args: Args) -> Result<()> {
     let image: VolumeSpec = args.image.parse().context("ffn infer-tiled: --image")?;
@@ -148,123 +118,40 @@ pub fn run(args: Args) -> Result<()> {
             args.comm_timeout
         );
     }
-    if args.grid_step == 0 {
-        bail!("--grid-step 0: expected at least 1");
-    }
-
-    // The predictor (the model is loaded by every rank).
-    let mut trained_norm = None;
-    let (mut predictor, fov, deltas, predictor_desc): (
-        Box<dyn Predictor>,
-        [usize; 3],
-        [usize; 3],
-        String,
-    ) = if args.oracle {
-        let fov = parse_sizes("fov", &args.fov)?;
-        let deltas = parse_sizes("deltas", &args.deltas)?;
-        (
-            Box::new(LabelOracle { fov }),
-            fov,
-            deltas,
-            format!("oracle fov {fov:?} deltas {deltas:?}"),
-        )
-    } else {
-        let path = args
-            .checkpoint
-            .clone()
-            .context("--checkpoint is required (or --oracle)")?;
-        let loaded = ffn_io::load_model(&path)
-            .with_context(|| format!("loading the model {}", path.display()))?;
-        trained_norm = loaded.normalisation;
-        let (cfg, params) = (loaded.config, loaded.params);
-        let (fov, deltas) = (cfg.fov, cfg.deltas);
-        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        let desc = format!("model {} ({size} bytes) {cfg:?}", path.display());
-        let mut net = ConvStack3d::from_params(cfg, params)
-            .with_context(|| format!("model {}", path.display()))?;
-        net.set_conv_algorithm(args.conv);
-        (Box::new(net), fov, deltas, desc)
-    };
-    let inference = InferenceOptions {
+    let mut setup = TiledSettings {
+        image,
+        out: out.clone(),
+        checkpoint: args.checkpoint,
+        oracle: args.oracle,
+        fov: args.fov,
+        deltas: args.deltas,
+        tile_size: args.tile_size,
+        tile_overlap: args.tile_overlap,
+        tile_store: args.tile_store,
+        max_tiles: args.max_tiles,
+        offset: args.offset,
+        size: args.size,
+        conv: args.conv,
+        image_mean: args.image_mean,
+        image_stddev: args.image_stddev,
+        grid_seeds: args.seed_policy == SeedPolicy::Grid,
+        grid_step: args.grid_step,
+        min_segment_size: args.min_segment_size,
         move_threshold: args.move_threshold,
         segment_threshold: args.segment_threshold,
-        min_segment_size: args.min_segment_size,
-        min_boundary_dist: parse_sizes("min-boundary-dist", &args.min_boundary_dist)?,
-        ..Default::default()
-    };
-    inference.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let merge = MergeRule {
-        min_overlap: args.min_overlap,
-        min_fraction: args.min_overlap_fraction,
-    };
-    merge.validate().context("--min-overlap-fraction")?;
-
-    // The box, the plan and the normalisation.
-    let full = ffn_io::dataset_shape(&image).with_context(|| format!("reading {image}"))?;
-    let (offset, shape) =
-        super::infer::parse_box(args.offset.as_deref(), args.size.as_deref(), full, &image)?;
-    let norm = NormalisationChoice {
-        given: (args.image_mean, args.image_stddev),
-        trained: trained_norm,
-        ..Default::default()
+        min_boundary_dist: args.min_boundary_dist,
+        merge: MergeRule {
+            min_overlap: args.min_overlap,
+            min_fraction: args.min_overlap_fraction,
+        },
     }
-    .resolve(|| {
-        let raw = ffn_io::read_image_f32_region(&image, offset, shape)?;
-        Ok(ffn_core::inference::mean_stddev(raw.iter().copied()))
-    })?;
-    let store_dir = args.tile_store.clone().unwrap_or_else(|| {
-        let mut name = out
-            .path
-            .file_name()
-            .map(|s| s.to_os_string())
-            .unwrap_or_default();
-        name.push(format!(".{}.tiles", out.dataset.replace('/', "_")));
-        out.path.with_file_name(name)
-    });
-    let opts = TiledOptions {
-        image,
-        offset,
-        shape,
-        tile_size: parse_sizes("tile-size", &args.tile_size)?,
-        tile_overlap: match &args.tile_overlap {
-            Some(t) => parse_sizes("tile-overlap", t)?,
-            None => fov,
-        },
-        store: store_dir,
-        max_tiles: args.max_tiles,
-        normalisation: (!args.oracle).then_some((norm.mean, norm.stddev)),
-        segment: SegmentOptions {
-            deltas,
-            seeds: match args.seed_policy {
-                SeedPolicy::Peaks => ffn_core::inference::SeedPolicy::default(),
-                SeedPolicy::Grid => ffn_core::inference::SeedPolicy::Grid {
-                    step: args.grid_step,
-                },
-            },
-            inference,
-        },
-        merge,
-        predictor: predictor_desc,
-    };
-    let plan = opts.plan().context("--tile-overlap / --tile-size")?;
+    .resolve()?;
+    let (opts, plan, norm) = (&setup.options, &setup.plan, &setup.normalisation);
     let (overlap, n) = (opts.tile_overlap, plan.len());
-    let small = (0..3).any(|a| plan.grid_shape()[a] > 1 && overlap[a] < fov[a]);
 
     // The ranks and the run id.
-    let mut comm_opts = CommOptions::from_env().context("reading the communicator environment")?;
-    comm_opts.timeout = Duration::from_secs_f64(args.comm_timeout);
-    comm_opts.stall_warning = Duration::ZERO;
-    let mut comm = ffn_comm::connect(backend, &comm_opts)
-        .with_context(|| format!("connecting with backend {backend}"))?;
+    let (mut comm, run_id) = connect_ranks(backend, Duration::from_secs_f64(args.comm_timeout))?;
     let (rank, ranks) = (comm.rank(), comm.size());
-    let mut run_id = match rank {
-        0 => ffn_comm::launch::random_bytes(16),
-        _ => vec![0u8; 16],
-    };
-    comm.broadcast_bytes(&mut run_id, 0)
-        .context("broadcasting the run id")?;
-    let run_id: String = run_id.iter().map(|b| format!("{b:02x}")).collect();
-
     let store = opts.open_store()?;
     let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
     if rank == 0 {
@@ -274,7 +161,7 @@ pub fn run(args: Args) -> Result<()> {
             xyz(plan.grid_shape()),
             xyz(plan.tile_size()),
             xyz(overlap),
-            xyz(shape),
+            xyz(opts.shape),
             store.count_done(n),
             opts.store.display()
         );
@@ -282,12 +169,12 @@ pub fn run(args: Args) -> Result<()> {
             "infer-tiled: image normalisation (x - {}) / {}, {}",
             norm.mean, norm.stddev, norm.source
         );
-        if small {
+        if setup.overlap_below_fov() {
             eprintln!(
                 "infer-tiled: warning: tile overlap {} is smaller than the FOV {} (x,y,z): segments may not reach \
                  every voxel of a tile's core",
                 xyz(overlap),
-                xyz(fov)
+                xyz(setup.fov)
             );
         }
     }
@@ -298,13 +185,17 @@ pub fn run(args: Args) -> Result<()> {
         rank,
     };
     let done = run_tiles(
-        &opts,
-        &plan,
+        &setup.options,
+        &setup.plan,
         &store,
-        predictor.as_mut(),
+        setup.predictor.as_mut(),
         &worker,
         &mut |rec, finished| {
-            let grid = plan.tile(rec.index).map(|t| t.grid).unwrap_or_default();
+            let grid = setup
+                .plan
+                .tile(rec.index)
+                .map(|t| t.grid)
+                .unwrap_or_default();
             eprintln!(
                 "infer-tiled: rank {rank}: tile {} {grid:?} done ({}); job: {finished}/{n} tiles finished",
                 rec.index, rec.meta
@@ -321,7 +212,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     let t0 = Instant::now();
-    let Some(summary) = finish(&opts, &plan, &store, &run_id, &out)? else {
+    let Some(summary) = finish(&setup.options, &setup.plan, &store, &run_id, &out)? else {
         println!(
             "infer-tiled: stopped with {}/{n} tiles finished (--max-tiles); run the same command again to resume",
             store.count_done(n)
@@ -337,18 +228,4 @@ pub fn run(args: Args) -> Result<()> {
         t0.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn triples_parse() {
-        assert_eq!(parse_sizes("tile-size", "64").unwrap(), [64; 3]);
-        assert_eq!(parse_sizes("tile-size", "8, 16,32").unwrap(), [32, 16, 8]);
-        let e = parse_sizes("tile-size", "8,16").unwrap_err().to_string();
-        assert!(e.contains("--tile-size \"8,16\""), "{e}");
-        assert!(parse_sizes("fov", "a").is_err());
-    }
 }

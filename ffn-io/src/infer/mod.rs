@@ -1,6 +1,7 @@
 //! Inference of a volume on disk: read the image (or a box of it), normalise it, segment it with
 //! [`ffn_core::inference::segment`], write the labels (and optionally the probability map).
-//! `ffn infer` is this function plus argument parsing, a progress bar and a JSON summary.
+//! `ffn infer` is [`resolve_infer`] (flags over a google/ffn request over the defaults), this
+//! function, a progress bar and [`InferReport`] (the JSON summary and info file).
 //!
 //! ```no_run
 //! use ffn_core::inference::{SeedPolicy, SegmentOptions};
@@ -28,6 +29,12 @@ use ffn_core::inference::{
     Counters, Predictor, SeedPolicy, SegmentOptions, Segmentation, normalize_image, segment,
 };
 use ndarray::Array3;
+
+mod report;
+mod settings;
+
+pub use report::{InferReport, counters_json, default_info_path, options_json};
+pub use settings::{InferOutputs, InferOverrides, ResolvedInfer, read_seed_list, resolve_infer};
 
 use crate::error::IoError;
 use crate::normalisation::{ChosenNormalisation, NormalisationChoice};

@@ -6,7 +6,13 @@
 //! - **Scheduling**: every worker walks the tile list and takes the next unfinished tile by
 //!   creating its claim file ([`TileStore::claim`]), so a worker that finishes early takes more
 //!   tiles. No messages are needed; the caller gives every worker of one run the same run id, waits
-//!   for all of them (a barrier), then one worker calls [`finish`].
+//!   for all of them (a barrier), then one worker calls [`finish`]. The store folder must be
+//!   shared by all workers (one host, or a shared file system).
+//! - **Reconciling**: segments meeting in tile overlaps are merged by overlap size, every voxel is
+//!   taken from the tile whose core holds it, ids are made contiguous, and the volume is written
+//!   chunked and compressed.
+//! - **From flags**: `ffn infer-tiled` fills [`TiledSettings`], whose [`TiledSettings::resolve`]
+//!   loads the predictor and plans the run, and [`connect_ranks`] gives its ranks one run id.
 //!
 //! ```no_run
 //! use ffn_core::inference::{LabelOracle, SegmentOptions};
@@ -32,6 +38,10 @@ use std::time::Instant;
 use ffn_core::inference::{Predictor, SegmentOptions, normalize_image, segment};
 use ffn_core::segmentation::reconcile::{MergeRule, ReconcileSummary, TileSource, reconcile};
 use ffn_core::segmentation::{Tile, TilePlan};
+
+mod setup;
+
+pub use setup::{TiledSettings, TiledSetup, connect_ranks, default_store_dir};
 
 use crate::error::IoError;
 use crate::infer::array3;

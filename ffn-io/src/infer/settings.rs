@@ -1,0 +1,483 @@
+//! The settings of `ffn infer`, layered: defaults < a google/ffn [`InferenceRequest`] < explicit
+//! overrides (the command line); [`resolve_infer`] turns them into [`InferOptions`] and a loaded
+//! network.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use ffn_core::conv::winograd::ConvAlgorithm;
+use ffn_core::inference::seeds::PeaksOptions;
+use ffn_core::inference::{SeedPolicy, SegmentOptions};
+use ffn_core::model_spec::ModelConfig;
+use ffn_core::network::ConvStack3d;
+
+use super::InferOptions;
+use crate::normalisation::NormalisationChoice;
+use crate::request::InferenceRequest;
+use crate::volume::VolumeSpec;
+use crate::xyz::{parse_box, parse_xyz};
+
+/// Settings given explicitly, named after `ffn infer`'s flags: every `Some` (and a `true`) wins
+/// over the request, which wins over the defaults. Text fields are parsed by [`resolve_infer`],
+/// and its errors name the flag (`--image`, `--offset`, ...).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InferOverrides {
+    /// `--image`: the image, `FILE.h5:DATASET` [the request's `image { hdf5 }`].
+    pub image: Option<String>,
+    /// `--checkpoint`: an ffn-rs checkpoint or google/ffn's TF checkpoint [the request's
+    /// `model_checkpoint_path`].
+    pub checkpoint: Option<PathBuf>,
+    /// `--offset`, `x,y,z`: first voxel of the box to segment (with `size`) [the whole image].
+    pub offset: Option<String>,
+    /// `--size`, `x,y,z`: size of the box to segment (with `offset`).
+    pub size: Option<String>,
+    /// `--image-mean` [request, else the checkpoint's training normalisation, else 128].
+    pub image_mean: Option<f32>,
+    /// `--image-stddev` [request, else the checkpoint's, else 33].
+    pub image_stddev: Option<f32>,
+    /// `--seed-policy`: `peaks` / `PolicyPeaks`, `grid` / `PolicyGrid3d` or `list` [request,
+    /// else peaks].
+    pub seed_policy: Option<String>,
+    /// `--seeds`: a file of seeds, one `x,y,z` per line in image coordinates; implies `list`.
+    pub seeds_file: Option<PathBuf>,
+    /// `--grid-step` of the grid policy [request `seed_policy_args.step`, else 16].
+    pub grid_step: Option<usize>,
+    /// `--init-activation` [request, else 0.95].
+    pub init_activation: Option<f32>,
+    /// `--pad-value` [request, else 0.05].
+    pub pad_value: Option<f32>,
+    /// `--move-threshold` [request, else 0.9].
+    pub move_threshold: Option<f32>,
+    /// `--segment-threshold` [request, else 0.6].
+    pub segment_threshold: Option<f32>,
+    /// `--min-segment-size` [request, else 1000].
+    pub min_segment_size: Option<usize>,
+    /// `--min-boundary-dist`, `x,y,z` [request, else 1,1,1].
+    pub min_boundary_dist: Option<String>,
+    /// `--no-disco`: disable the "disco" rule (`disco_seed_threshold` -1).
+    pub no_disco: bool,
+    /// `--conv`: the convolution algorithm of the network (not part of a request).
+    pub conv: ConvAlgorithm,
+}
+
+/// Where `ffn infer` writes (never taken from a request).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InferOutputs {
+    /// `--out`: the segmentation, `FILE.h5:DATASET`.
+    pub out: String,
+    /// `--prob-out`: the quantised probability map, `FILE.h5:DATASET`.
+    pub prob_out: Option<String>,
+    /// `--seeds-out`: the seed points, one `x,y,z` line each.
+    pub seeds_out: Option<PathBuf>,
+    /// `--seeds-only`: stop after the seed points.
+    pub seeds_only: bool,
+}
+
+/// Everything [`resolve_infer`] decided: the options of [`super::infer_volume`], the network, and
+/// what a summary reports about them.
+pub struct ResolvedInfer {
+    /// The options of [`super::infer_volume`] (`region` is always set).
+    pub options: InferOptions,
+    /// The network, with its convolution algorithm set.
+    pub net: ConvStack3d,
+    /// The checkpoint it was loaded from.
+    pub checkpoint: PathBuf,
+    /// Its architecture (the request's `model_args` over the checkpoint's).
+    pub model: ModelConfig,
+    /// First voxel of the segmented box, `[z, y, x]`.
+    pub offset: [usize; 3],
+    /// Shape of the segmented box, `[z, y, x]`.
+    pub shape: [usize; 3],
+    /// The seed policy as named (`list`, `peaks`, `PolicyGrid3d`, ...).
+    pub seed_policy: String,
+    /// Fields of the request that inference does not use.
+    pub ignored_request_fields: Vec<String>,
+}
+
+/// Resolves the settings of one inference: `given` over `request` (the file it was read from and
+/// its fields) over the defaults. Chooses the image and checkpoint, loads the model (a request's
+/// `model_args.depth` must match the checkpoint's), reads the size of the image for the box,
+/// builds the seed policy (reading a seed list) and the options. Errors name the flag, the request
+/// field or the file.
+pub fn resolve_infer(
+    given: &InferOverrides,
+    outputs: &InferOutputs,
+    request: Option<(&Path, &InferenceRequest)>,
+) -> Result<ResolvedInfer> {
+    let req = request.map(|(_, r)| r);
+    let image_spec: VolumeSpec = match (&given.image, req.and_then(|r| r.image_hdf5.as_ref())) {
+        (Some(s), _) => s.parse().context("--image")?,
+        (None, Some(s)) => s.parse().context("request image.hdf5")?,
+        (None, None) => bail!(
+            "no image: give --image FILE.h5:DATASET (or a request with image {{ hdf5: ... }})"
+        ),
+    };
+    let ckpt: PathBuf = match (
+        &given.checkpoint,
+        req.and_then(|r| r.model_checkpoint_path.as_ref()),
+    ) {
+        (Some(p), _) => p.clone(),
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => {
+            bail!("no model: give --checkpoint PATH (or a request with model_checkpoint_path)")
+        }
+    };
+    let out_spec: VolumeSpec = outputs.out.parse().context("--out")?;
+    let prob_spec: Option<VolumeSpec> = outputs
+        .prob_out
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .context("--prob-out")?;
+
+    // Model.
+    let loaded = crate::load_model(&ckpt)
+        .with_context(|| format!("loading the model {}", ckpt.display()))?;
+    let (ck_cfg, params, trained_norm) = (loaded.config, loaded.params, loaded.normalisation);
+    let cfg: ModelConfig = match request {
+        Some((p, r)) => {
+            let c = r.model_config(ck_cfg, p)?;
+            if c.depth != ck_cfg.depth {
+                bail!(
+                    "request {}: model_args.depth is {} but the checkpoint {} holds a depth-{} network",
+                    p.display(),
+                    c.depth,
+                    ckpt.display(),
+                    ck_cfg.depth
+                );
+            }
+            c
+        }
+        None => ck_cfg,
+    };
+    let mut net = ConvStack3d::from_params(cfg, params)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", ckpt.display()))?;
+    net.set_conv_algorithm(given.conv);
+
+    // The box, the options (defaults < request < given) and the seeds.
+    let full = crate::dataset_shape(&image_spec)?;
+    let (offset, shape) = parse_box(
+        given.offset.as_deref(),
+        given.size.as_deref(),
+        full,
+        &image_spec,
+    )?;
+    let mut opts = req.map(|r| r.options.clone()).unwrap_or_default();
+    if let Some(v) = given.init_activation {
+        opts.init_activation = v;
+    }
+    if let Some(v) = given.pad_value {
+        opts.pad_value = v;
+    }
+    if let Some(v) = given.move_threshold {
+        opts.move_threshold = v;
+    }
+    if let Some(v) = given.segment_threshold {
+        opts.segment_threshold = v;
+    }
+    if let Some(v) = given.min_segment_size {
+        opts.min_segment_size = v;
+    }
+    if let Some(v) = &given.min_boundary_dist {
+        opts.min_boundary_dist = parse_xyz(v, "--min-boundary-dist")?;
+    }
+    if given.no_disco {
+        opts.disco_seed_threshold = -1.0;
+    }
+    let policy = match (
+        &given.seeds_file,
+        &given.seed_policy,
+        req.and_then(|r| r.seed_policy.as_deref()),
+    ) {
+        (Some(_), _, _) => "list".to_string(),
+        (None, Some(p), _) => p.clone(),
+        (None, None, Some(p)) => p.to_string(),
+        _ => "peaks".to_string(),
+    };
+    let seeds = match policy.as_str() {
+        "peaks" | "PolicyPeaks" => SeedPolicy::Peaks(PeaksOptions::default()),
+        "grid" | "PolicyGrid3d" => {
+            let step = given
+                .grid_step
+                .or(policy_args_usize(req, "step")?)
+                .unwrap_or(16);
+            if step == 0 {
+                bail!("--grid-step 0 (or request seed_policy_args.step): expected at least 1");
+            }
+            SeedPolicy::Grid { step }
+        }
+        "list" => {
+            let p = given
+                .seeds_file
+                .as_ref()
+                .context("--seed-policy list needs --seeds FILE")?;
+            SeedPolicy::List(read_seed_list(p, offset, shape)?)
+        }
+        other => bail!(
+            "seed policy {other:?}: expected peaks (PolicyPeaks), grid (PolicyGrid3d) or list"
+        ),
+    };
+    let options = InferOptions {
+        image: image_spec,
+        out: out_spec,
+        prob_out: prob_spec,
+        region: Some((offset, shape)),
+        normalisation: NormalisationChoice {
+            given: (given.image_mean, given.image_stddev),
+            request: (
+                req.and_then(|r| r.image_mean),
+                req.and_then(|r| r.image_stddev),
+            ),
+            trained: trained_norm,
+        },
+        segment: SegmentOptions {
+            deltas: cfg.deltas,
+            seeds,
+            inference: opts,
+        },
+        seeds_out: outputs.seeds_out.clone(),
+        seeds_only: outputs.seeds_only,
+    };
+    Ok(ResolvedInfer {
+        options,
+        net,
+        checkpoint: ckpt,
+        model: cfg,
+        offset,
+        shape,
+        seed_policy: policy,
+        ignored_request_fields: req.map(|r| r.ignored.clone()).unwrap_or_default(),
+    })
+}
+
+/// `seed_policy_args.<key>` of the request as a count, if given.
+fn policy_args_usize(req: Option<&InferenceRequest>, key: &str) -> Result<Option<usize>> {
+    let Some(v) = req
+        .and_then(|r| r.seed_policy_args.as_ref())
+        .and_then(|a| a.get(key))
+    else {
+        return Ok(None);
+    };
+    let n = v.as_u64().with_context(|| {
+        format!("request seed_policy_args.{key}: expected a non-negative integer, found {v}")
+    })?;
+    Ok(Some(n as usize))
+}
+
+/// Reads a seed list: one `x,y,z` per line in image coordinates (blank lines and `#` comments
+/// skipped), every seed inside the box `offset + shape` (z,y,x); returns them in the box's
+/// coordinates, `[z, y, x]`. Errors name the file and line.
+pub fn read_seed_list(
+    path: &Path,
+    offset: [usize; 3],
+    shape: [usize; 3],
+) -> Result<Vec<[usize; 3]>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading seeds from {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let p = parse_xyz(l, &format!("{}:{}", path.display(), n + 1))?;
+        if (0..3).any(|a| p[a] < offset[a] || p[a] >= offset[a] + shape[a]) {
+            bail!(
+                "{}:{}: seed {l} lies outside the segmented box {},{},{} + {} x {} x {} (x,y,z)",
+                path.display(),
+                n + 1,
+                offset[2],
+                offset[1],
+                offset[0],
+                shape[2],
+                shape[1],
+                shape[0]
+            );
+        }
+        out.push([p[0] - offset[0], p[1] - offset[1], p[2] - offset[2]]);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::{Checkpoint, save_checkpoint};
+    use crate::infer::{InferReport, default_info_path, infer_volume};
+    use ffn_core::inference::InferenceOptions;
+    use ndarray::Array3;
+
+    /// A 12 x 13 x 14 image `v.h5:raw` and a depth-1 checkpoint `m.safetensors` whose weights are
+    /// zero (it predicts the seed) in `dir`.
+    fn image_and_model(dir: &Path) -> (String, PathBuf) {
+        let image = VolumeSpec::new(dir.join("v.h5"), "raw");
+        crate::write_image_u8(&image, &Array3::from_elem((12, 13, 14), 128u8)).unwrap();
+        let model = ModelConfig {
+            depth: 1,
+            features: 4,
+            fov: [9, 9, 9],
+            deltas: [2, 2, 2],
+        };
+        let ck = Checkpoint {
+            model,
+            params: vec![0.0; model.num_params()],
+            optimizer: vec![],
+            step: 0,
+            rng_state: [1, 2, 3, 4],
+            training_config: serde_json::json!({}),
+        };
+        let path = dir.join("m.safetensors");
+        save_checkpoint(&path, &ck).unwrap();
+        (image.to_string(), path)
+    }
+
+    fn outputs(dir: &Path) -> InferOutputs {
+        InferOutputs {
+            out: format!("{}:seg", dir.join("seg.h5").display()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn overrides_beat_the_request_which_beats_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let (image, ckpt) = image_and_model(dir.path());
+        let out = outputs(dir.path());
+
+        // Defaults: only the image and the model given.
+        let given = InferOverrides {
+            image: Some(image.clone()),
+            checkpoint: Some(ckpt.clone()),
+            ..Default::default()
+        };
+        let run = resolve_infer(&given, &out, None).unwrap();
+        assert_eq!(run.options.segment.inference, InferenceOptions::default());
+        assert_eq!(run.seed_policy, "peaks");
+        assert_eq!((run.offset, run.shape), ([0; 3], [12, 13, 14]));
+        assert_eq!(run.options.region, Some(([0; 3], [12, 13, 14])));
+        assert_eq!(run.options.segment.deltas, [2, 2, 2]);
+        assert_eq!(run.options.normalisation.request, (None, None));
+
+        // The request over the defaults: image, model, seeds, thresholds, normalisation.
+        let req_path = dir.path().join("req.pbtxt");
+        let text = format!(
+            "image {{ hdf5: \"{image}\" }}\nmodel_checkpoint_path: \"{}\"\nimage_mean: 100\n\
+             seed_policy: \"PolicyGrid3d\"\nseed_policy_args: \"{{\\\"step\\\": 4}}\"\n\
+             inference_options {{ move_threshold: 0.8 min_segment_size: 5 }}\n",
+            ckpt.display()
+        );
+        let req = crate::parse_inference_request(&text, &req_path).unwrap();
+        let from_request = InferOverrides::default();
+        let run = resolve_infer(&from_request, &out, Some((&req_path, &req))).unwrap();
+        assert_eq!(run.options.image.to_string(), image);
+        assert_eq!(run.checkpoint, ckpt);
+        assert_eq!(run.seed_policy, "PolicyGrid3d");
+        assert_eq!(run.options.segment.seeds, SeedPolicy::Grid { step: 4 });
+        let o = &run.options.segment.inference;
+        assert_eq!((o.move_threshold, o.min_segment_size), (0.8, 5));
+        assert_eq!(
+            o.segment_threshold,
+            InferenceOptions::default().segment_threshold
+        );
+        assert_eq!(run.options.normalisation.request, (Some(100.0), None));
+
+        // Overrides over the request; what they leave alone stays the request's.
+        let given = InferOverrides {
+            grid_step: Some(2),
+            move_threshold: Some(0.7),
+            image_mean: Some(1.0),
+            min_boundary_dist: Some("1,2,3".into()),
+            no_disco: true,
+            offset: Some("1,1,1".into()),
+            size: Some("10,10,10".into()),
+            ..Default::default()
+        };
+        let run = resolve_infer(&given, &out, Some((&req_path, &req))).unwrap();
+        assert_eq!(run.options.segment.seeds, SeedPolicy::Grid { step: 2 });
+        let o = &run.options.segment.inference;
+        assert_eq!((o.move_threshold, o.min_segment_size), (0.7, 5));
+        assert_eq!(o.min_boundary_dist, [3, 2, 1]);
+        assert_eq!(o.disco_seed_threshold, -1.0);
+        assert_eq!(run.options.normalisation.given, (Some(1.0), None));
+        assert_eq!(run.options.normalisation.request, (Some(100.0), None));
+        assert_eq!((run.offset, run.shape), ([1; 3], [10; 3]));
+
+        // A seed list implies the list policy; its seeds come in box coordinates.
+        let seeds = dir.path().join("seeds.txt");
+        std::fs::write(&seeds, "# x,y,z\n2,3,4\n").unwrap();
+        let given = InferOverrides {
+            seeds_file: Some(seeds),
+            ..given
+        };
+        let run = resolve_infer(&given, &out, Some((&req_path, &req))).unwrap();
+        assert_eq!(run.seed_policy, "list");
+        assert_eq!(run.options.segment.seeds, SeedPolicy::List(vec![[3, 2, 1]]));
+    }
+
+    #[test]
+    fn errors_name_the_flag_or_the_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let (image, ckpt) = image_and_model(dir.path());
+        let out = outputs(dir.path());
+        let err = |given: &InferOverrides, req: Option<(&Path, &InferenceRequest)>| {
+            format!("{:#}", resolve_infer(given, &out, req).err().unwrap())
+        };
+        let e = err(&InferOverrides::default(), None);
+        assert!(e.starts_with("no image: give --image"), "{e}");
+        let given = InferOverrides {
+            image: Some(image),
+            checkpoint: Some(ckpt),
+            min_boundary_dist: Some("1,2".into()),
+            ..Default::default()
+        };
+        let e = err(&given, None);
+        assert!(e.starts_with("--min-boundary-dist \"1,2\""), "{e}");
+        let req_path = dir.path().join("deep.pbtxt");
+        let req =
+            crate::parse_inference_request("model_args: '{\"depth\": 12}'\n", &req_path).unwrap();
+        let e = err(&given, Some((&req_path, &req)));
+        assert!(
+            e.contains("deep.pbtxt: model_args.depth is 12") && e.contains("depth-1 network"),
+            "{e}"
+        );
+        let given = InferOverrides {
+            min_boundary_dist: None,
+            seed_policy: Some("grid".into()),
+            grid_step: Some(0),
+            ..given
+        };
+        let e = err(&given, None);
+        assert!(e.starts_with("--grid-step 0"), "{e}");
+    }
+
+    #[test]
+    fn a_resolved_run_segments_and_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        let (image, ckpt) = image_and_model(dir.path());
+        let given = InferOverrides {
+            image: Some(image),
+            checkpoint: Some(ckpt),
+            seed_policy: Some("grid".into()),
+            grid_step: Some(8),
+            min_segment_size: Some(1),
+            ..Default::default()
+        };
+        let mut run = resolve_infer(&given, &outputs(dir.path()), None).unwrap();
+        let done = infer_volume(&run.options, &mut run.net, &mut |_| {}).unwrap();
+        let seg = done.segmentation.as_ref().unwrap();
+        let report = InferReport::new(&run, &done, seg);
+        let s = &report.summary;
+        assert_eq!(s["size_xyz"], serde_json::json!([14, 13, 12]));
+        assert_eq!(s["seed_policy"], "grid");
+        assert_eq!(s["conv"], "winograd");
+        assert_eq!(s["counters"]["segments"], s["segments"]);
+        assert_eq!(report.origins.len(), seg.origins.len());
+        let path = default_info_path(&run.options.out);
+        assert_eq!(path, dir.path().join("seg.seg.json"));
+        report.write_info(&path).unwrap();
+        let info: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(info, report.info());
+        assert!(info["origins"].is_array());
+    }
+}
