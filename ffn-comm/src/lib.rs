@@ -52,6 +52,7 @@ pub mod mpi_backend;
 pub mod reduce;
 pub mod select;
 pub mod shm;
+pub mod threads;
 mod stall;
 #[cfg(feature = "zmq")]
 pub mod zmq_backend;
