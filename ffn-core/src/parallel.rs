@@ -127,4 +127,12 @@ mod tests {
         for_each_chunk_pair_mut(&mut a, 3, &mut c, 1, |_, x, y| y[0] = x.len());
         assert_eq!(c, [3, 3]);
     }
+
+    #[cfg(feature = "std")]
+    #[test]
+    fn with_threads_runs_the_closure_on_a_pool_of_that_size() {
+        let want = if cfg!(feature = "rayon") { 3 } else { 1 };
+        assert_eq!(super::with_threads(3, super::current_num_threads), Ok(want));
+        assert_eq!(super::with_threads(1, || 7), Ok(7));
+    }
 }
