@@ -34,4 +34,22 @@ pub enum CoreError {
         /// The name that was given.
         found: String,
     },
+    /// An option is out of range.
+    #[error("{option} must be {expected}, found {actual}")]
+    OutOfRange {
+        /// The option, as the command line spells it (e.g. `--batch`).
+        option: &'static str,
+        /// The accepted range, e.g. `>= 1`.
+        expected: &'static str,
+        /// The value that was given.
+        actual: String,
+    },
+    /// A thread pool could not start.
+    #[error("cannot start the thread pool ({threads} threads): {reason}")]
+    ThreadPool {
+        /// The threads asked for.
+        threads: usize,
+        /// Why it failed.
+        reason: String,
+    },
 }

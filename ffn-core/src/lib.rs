@@ -10,6 +10,8 @@
 
 extern crate alloc;
 
+#[cfg(feature = "std")]
+pub mod bench;
 pub mod inference;
 pub mod metrics;
 pub mod model_spec;

@@ -1,6 +1,34 @@
 //! Data parallelism behind one small helper: rayon's pool with the `rayon` feature, a plain loop
 //! without it. Kernels call these helpers and never rayon directly.
 
+/// Runs `f` on a pool of its own with `threads` worker threads (with the `rayon` feature; without
+/// it `f` runs on the calling thread), so that the kernels it calls use that many threads.
+///
+/// # Errors
+/// [`CoreError::ThreadPool`] when the pool cannot start.
+#[cfg(feature = "std")]
+pub fn with_threads<R: Send>(
+    threads: usize,
+    f: impl FnOnce() -> R + Send,
+) -> Result<R, crate::CoreError> {
+    #[cfg(feature = "rayon")]
+    {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| crate::CoreError::ThreadPool {
+                threads,
+                reason: e.to_string(),
+            })?;
+        Ok(pool.install(f))
+    }
+    #[cfg(not(feature = "rayon"))]
+    {
+        let _ = threads;
+        Ok(f())
+    }
+}
+
 /// Number of worker threads the helpers will use (rayon's current pool, or 1 without rayon).
 pub fn current_num_threads() -> usize {
     #[cfg(feature = "rayon")]
@@ -98,5 +126,13 @@ mod tests {
         let mut c = vec![0usize; 2];
         for_each_chunk_pair_mut(&mut a, 3, &mut c, 1, |_, x, y| y[0] = x.len());
         assert_eq!(c, [3, 3]);
+    }
+
+    #[cfg(feature = "std")]
+    #[test]
+    fn with_threads_runs_the_closure_on_a_pool_of_that_size() {
+        let want = if cfg!(feature = "rayon") { 3 } else { 1 };
+        assert_eq!(super::with_threads(3, super::current_num_threads), Ok(want));
+        assert_eq!(super::with_threads(1, || 7), Ok(7));
     }
 }

@@ -1,25 +1,31 @@
 //! The measurement behind `ffn bench scaling`: one rank's training steps on synthetic examples,
 //! timed phase by phase ([`measure_rank`]), and a least-squares fit of the allreduce cost
 //! `t = a + b * bytes` on the group ([`fit_allreduce`]); [`ring_allreduce_seconds`] projects it to
-//! more ranks.
+//! more ranks. [`weak_scaling`] runs the whole benchmark: for every rank count it starts the ranks
+//! (threads for `local`, processes with the `ffn launch` environment for `shm` / `zmq`, `mpirun`
+//! for `mpi`), collects rank 0's measurement and returns the report of [`weak_scaling_report`].
 
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail, ensure};
+use ffn_core::bench::median;
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::ConvStack3d;
 use ffn_core::optim::{Optimizer, Sgd};
 use ffn_core::rng::Rng;
 use ffn_core::synth::{SynthConfig, generate};
 use ffn_core::training::coordinates::Coordinate;
+use ffn_core::training::distributed::LrScaling;
 use ffn_core::training::examples::ExampleConfig;
 use ffn_core::training::schedule::LrSchedule;
 use ffn_core::training::step::{StepBuffers, StepOptions};
 use ffn_core::training::trainer::{Trainer, TrainerConfig, TrainingVolume};
 use serde_json::{Value, json};
 
-use super::DataParallel;
 use super::step::Phases;
+use super::{DataParallel, DataParallelOptions};
+use crate::{Backend, CommOptions, Communicator};
 
 /// What one measurement runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -34,14 +40,231 @@ pub struct ScalingOptions {
     pub steps: usize,
 }
 
-/// The median (0 for no values).
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+/// The prefix of the result line a worker prints ([`worker_result_line`]) and the driver looks for.
+pub const RESULT_MARKER: &str = "ffn-bench-scaling-result ";
+
+/// What [`weak_scaling`] measures (the `ffn bench scaling` flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeakScalingOptions {
+    /// Communicator backend.
+    pub backend: Backend,
+    /// Rank counts to measure (the first is the baseline), e.g. from [`parse_rank_counts`].
+    pub ranks: Vec<usize>,
+    /// Kernel threads per rank.
+    pub threads_per_rank: usize,
+    /// What every rank trains.
+    pub run: ScalingOptions,
+    /// Minimum bucket size in KiB.
+    pub bucket_kib: usize,
+    /// Overlap the bucket allreduces with backward.
+    pub overlap: bool,
+    /// Project with this latency (s per ring step) instead of the measured one.
+    pub alpha_s: Option<f64>,
+    /// Project with this bandwidth (bytes/s) instead of the measured one.
+    pub bandwidth: Option<f64>,
+    /// Seconds before a stalled rank is an error.
+    pub comm_timeout: f64,
+    /// The arguments that run one rank of a measurement as this executable (`shm`, `zmq`, `mpi`
+    /// with more than one rank); that rank calls [`worker_result_line`].
+    pub worker_args: Vec<String>,
+}
+
+impl WeakScalingOptions {
+    /// Checks `threads_per_rank`, `batch` and `steps` (>= 1) and the model.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(
+            self.threads_per_rank >= 1 && self.run.batch >= 1 && self.run.steps >= 1,
+            "bench scaling: --threads-per-rank, --batch and --steps must be >= 1"
+        );
+        self.run
+            .model
+            .validate()
+            .map_err(|e| anyhow::anyhow!("bench scaling: {e}"))
     }
+
+    /// The data-parallel options of every rank: no learning-rate scaling, no checksums, no
+    /// timeline.
+    pub fn data_parallel_options(&self) -> DataParallelOptions {
+        DataParallelOptions {
+            lr_scaling: LrScaling::None,
+            lr_scaling_warmup: 0,
+            bucket_kib: self.bucket_kib,
+            overlap: self.overlap,
+            checksum_every: 0,
+            timeline: None,
+            timeline_steps: 0,
+            comm_timeout: Some(self.comm_timeout),
+            ..DataParallelOptions::over(self.backend, 1)
+        }
+    }
+}
+
+/// Parses `--ranks` text such as "1,2,4" (each 1..=4096).
+pub fn parse_rank_counts(text: &str) -> Result<Vec<usize>> {
+    text.split(',')
+        .map(|s| {
+            s.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| (1..=4096).contains(&n))
+        })
+        .collect::<Option<_>>()
+        .with_context(|| format!("--ranks {text:?}: expected rank counts 1..=4096, e.g. 1,2,4"))
+}
+
+/// Measures every rank count of `o` (calling `on_start(n)` before each) and returns
+/// [`weak_scaling_report`] of the runs.
+///
+/// # Errors
+/// Invalid options, no rank count, a backend not compiled in, a rank that fails.
+pub fn weak_scaling(o: &WeakScalingOptions, on_start: &mut dyn FnMut(usize)) -> Result<Value> {
+    o.validate()?;
+    ensure!(
+        !o.ranks.is_empty(),
+        "--ranks: expected at least one rank count"
+    );
+    o.backend.ensure_compiled_in()?;
+    let mut runs = Vec::new();
+    for &n in &o.ranks {
+        on_start(n);
+        runs.push(measure_ranks(o, n)?);
+    }
+    Ok(weak_scaling_report(o, &runs))
+}
+
+/// One rank of a measurement started by [`measure_ranks`] (the communicator from the
+/// environment): rank 0's result line, to print on stdout; `None` on the other ranks.
+pub fn worker_result_line(o: &WeakScalingOptions) -> Result<Option<String>> {
+    let backend = o.backend;
+    let opts = CommOptions::from_env()?;
+    let dist = DataParallel::connect(
+        &o.data_parallel_options(),
+        Box::new(move || crate::connect(backend, &opts)),
+    )?;
+    Ok(measure_rank(&o.run, &dist)?.map(|v| format!("{RESULT_MARKER}{v}")))
+}
+
+/// One measurement at `n` ranks: rank 0's [`measure_rank`] result. One rank and the local backend
+/// run as threads of this process, each with a pool of its own; the other backends as processes.
+pub fn measure_ranks(o: &WeakScalingOptions, n: usize) -> Result<Value> {
+    if n == 1 || o.backend == Backend::Local {
+        let group = crate::local::LocalComm::group(n)?;
+        let results: Vec<Result<Option<Value>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = group
+                .into_iter()
+                .map(|c| {
+                    s.spawn(move || -> Result<Option<Value>> {
+                        ffn_core::parallel::with_threads(o.threads_per_rank, || {
+                            let dp = o.data_parallel_options();
+                            let dist = if n == 1 {
+                                DataParallel::single_measured(&dp)
+                            } else {
+                                DataParallel::connect(
+                                    &dp,
+                                    Box::new(move || Ok(Box::new(c) as Box<dyn Communicator>)),
+                                )?
+                            };
+                            measure_rank(&o.run, &dist)
+                        })?
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut first = None;
+        for r in results {
+            if let Some(v) = r? {
+                first = Some(v);
+            }
+        }
+        return first.context("rank 0 reported nothing");
+    }
+    let exe = std::env::current_exe().context("finding the ffn executable")?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let env = |c: &mut Command| {
+        c.env("RAYON_NUM_THREADS", o.threads_per_rank.to_string())
+            .env("WORLD_SIZE", n.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env(
+                "FFN_SHM_NAME",
+                format!("ffn-bench-scaling-{}-{port}", std::process::id()),
+            )
+            .env("FFN_COMM_STALL_WARNING", "0");
+    };
+    let outputs: Vec<std::process::Output> = if o.backend == Backend::Mpi {
+        let mut c = Command::new("mpirun");
+        c.args([
+            "--oversubscribe",
+            "-n",
+            &n.to_string(),
+            "-x",
+            "RAYON_NUM_THREADS",
+        ])
+        .arg(&exe)
+        .args(&o.worker_args);
+        c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        env(&mut c);
+        vec![
+            c.output()
+                .context("starting mpirun (is Open MPI installed?)")?,
+        ]
+    } else {
+        let children: Vec<_> = (0..n)
+            .map(|r| {
+                let mut c = Command::new(&exe);
+                c.args(&o.worker_args)
+                    .env("RANK", r.to_string())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                env(&mut c);
+                c.spawn().with_context(|| format!("starting rank {r}"))
+            })
+            .collect::<Result<_>>()?;
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output())
+            .collect::<std::io::Result<_>>()?
+    };
+    for (r, out) in outputs.iter().enumerate() {
+        if !out.status.success() {
+            bail!(
+                "rank {r} of the {n}-rank measurement failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+    }
+    let line = outputs
+        .iter()
+        .flat_map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .find_map(|l| l.strip_prefix(RESULT_MARKER).map(str::to_string))
+        .context("no result line from rank 0")?;
+    serde_json::from_str(&line).context("result line of rank 0")
+}
+
+/// The report of `ffn bench scaling --json`: the options, the [`weak_scaling_summary`] of `runs`
+/// (`runs`, `comm_model`, `projection`).
+pub fn weak_scaling_report(o: &WeakScalingOptions, runs: &[Value]) -> Value {
+    let cfg = &o.run.model;
+    let (rows, model, projection) =
+        weak_scaling_summary(runs, o.run.batch, o.overlap, o.alpha_s, o.bandwidth);
+    json!({
+        "backend": o.backend.name(), "threads_per_rank": o.threads_per_rank,
+        "model": {"depth": cfg.depth, "fov": cfg.fov, "features": cfg.features, "batch_per_rank": o.run.batch, "params": cfg.num_params()},
+        "overlap": o.overlap, "bucket_kib": o.bucket_kib, "steps": o.run.steps,
+        "runs": rows, "comm_model": model, "projection": projection,
+    })
 }
 
 /// Trains `warmup + steps` steps on synthetic examples as one rank of `dist` (collective); rank 0
@@ -93,7 +316,7 @@ pub fn measure_rank(o: &ScalingOptions, dist: &DataParallel) -> Result<Option<Va
             phases.push(dist.last_phases());
         }
     }
-    let med = |f: fn(&Phases) -> f64| median(phases.iter().map(f).collect());
+    let med = |f: fn(&Phases) -> f64| median(&mut phases.iter().map(f).collect::<Vec<_>>());
     let comm_model = if dist.size() > 1 {
         Some(fit_allreduce(dist)?)
     } else {
@@ -133,7 +356,7 @@ pub fn fit_allreduce(dist: &DataParallel) -> Result<Value> {
             times.push(t.elapsed().as_secs_f64());
         }
         times.drain(..2);
-        points.push(((floats * 4) as f64, median(times)));
+        points.push(((floats * 4) as f64, median(&mut times)));
     }
     let n = points.len() as f64;
     let (sx, sy) = points
@@ -218,4 +441,68 @@ pub fn weak_scaling_summary(
         });
     }
     (rows, model, projection)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(ranks: Vec<usize>) -> WeakScalingOptions {
+        WeakScalingOptions {
+            backend: Backend::Local,
+            ranks,
+            threads_per_rank: 1,
+            run: ScalingOptions {
+                model: ModelConfig {
+                    depth: 1,
+                    features: 2,
+                    fov: [5; 3],
+                    deltas: [2; 3],
+                },
+                batch: 1,
+                warmup: 0,
+                steps: 2,
+            },
+            bucket_kib: 256,
+            overlap: true,
+            alpha_s: None,
+            bandwidth: None,
+            comm_timeout: 60.0,
+            worker_args: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn local_weak_scaling_reports_every_rank_count_and_a_projection() {
+        let mut started = Vec::new();
+        let o = tiny(vec![1, 2]);
+        let v = weak_scaling(&o, &mut |n| started.push(n)).unwrap();
+        assert_eq!(started, [1, 2]);
+        assert_eq!(v["backend"], "local");
+        assert_eq!(v["model"]["params"], o.run.model.num_params());
+        let runs = v["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0]["efficiency"], 1.0);
+        for r in runs {
+            let t = r["step_s"].as_f64().unwrap();
+            assert!(t.is_finite() && t > 0.0, "{r}");
+        }
+        assert_eq!(v["projection"].as_array().unwrap().len(), 8);
+        assert_eq!(v["comm_model"]["measured_at_ranks"], 2);
+    }
+
+    #[test]
+    fn bad_scaling_options_are_errors_naming_the_flag() {
+        assert_eq!(parse_rank_counts(" 1, 2,4").unwrap(), [1, 2, 4]);
+        for bad in ["0", "x", "1,,2", "4097"] {
+            let e = parse_rank_counts(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--ranks {bad:?}")), "{e}");
+        }
+        let mut o = tiny(vec![1]);
+        o.run.steps = 0;
+        let e = weak_scaling(&o, &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains("--steps must be >= 1"), "{e}");
+        let e = weak_scaling(&tiny(Vec::new()), &mut |_| {}).unwrap_err();
+        assert_eq!(e.to_string(), "--ranks: expected at least one rank count");
+    }
 }
