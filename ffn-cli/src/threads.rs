@@ -18,4 +18,3 @@ pub fn configure() -> Result<()> {
     }
     Ok(())
 }
-

@@ -52,8 +52,8 @@ pub mod mpi_backend;
 pub mod reduce;
 pub mod select;
 pub mod shm;
-pub mod threads;
 mod stall;
+pub mod threads;
 #[cfg(feature = "zmq")]
 pub mod zmq_backend;
 

@@ -18,6 +18,7 @@ pub mod error;
 pub mod evaluation;
 pub mod export;
 pub mod heldout;
+pub mod import;
 pub mod infer;
 pub mod labels;
 pub mod learning;

@@ -48,14 +48,24 @@ pub fn parse_box(
     full: [usize; 3],
     volume: &dyn std::fmt::Display,
 ) -> Result<([usize; 3], [usize; 3])> {
-    match (offset, size) {
-        (Some(o), Some(s)) => {
-            let o = parse_xyz(o, "--offset")?;
-            let s = parse_xyz(s, "--size")?;
+    match parse_region(offset, size)? {
+        Some((o, s)) => {
             check_box(o, s, full, volume)?;
             Ok((o, s))
         }
-        (None, None) => Ok(([0; 3], full)),
+        None => Ok(([0; 3], full)),
+    }
+}
+
+/// The box `(offset, size)` (z,y,x) of `--offset X,Y,Z --size X,Y,Z`, `None` without either flag;
+/// one flag without the other is an error naming both.
+pub fn parse_region(
+    offset: Option<&str>,
+    size: Option<&str>,
+) -> Result<Option<([usize; 3], [usize; 3])>> {
+    match (offset, size) {
+        (Some(o), Some(s)) => Ok(Some((parse_xyz(o, "--offset")?, parse_xyz(s, "--size")?))),
+        (None, None) => Ok(None),
         _ => bail!("--offset and --size go together: give both or neither"),
     }
 }

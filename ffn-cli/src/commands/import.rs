@@ -10,6 +10,7 @@
 
 use anyhow::{Context, Result};
 use ffn_io::VolumeSpec;
+use ffn_io::import::{Imported, LabelsImport, import_labels, import_stack};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -56,27 +57,10 @@ struct Region {
 }
 
 impl Region {
-    /// The box of `volume` (shape `full`, z,y,x) as `(offset, size)`; the whole volume without flags.
-    fn resolve(
-        &self,
-        full: [usize; 3],
-        volume: &dyn std::fmt::Display,
-    ) -> Result<([usize; 3], [usize; 3])> {
-        crate::args::parse_box(self.offset.as_deref(), self.size.as_deref(), full, volume)
+    /// The box of `--offset/--size` (z,y,x), `None` without them.
+    fn parse(&self) -> Result<Option<ffn_io::import::Region>> {
+        ffn_io::xyz::parse_region(self.offset.as_deref(), self.size.as_deref())
     }
-}
-
-/// The `(offset, size)` box (z,y,x) of `v`, copied.
-fn crop<T: Clone>(v: ndarray::Array3<T>, (o, s): ([usize; 3], [usize; 3])) -> ndarray::Array3<T> {
-    if o == [0; 3] && s == shape_of(&v) {
-        return v;
-    }
-    v.slice(ndarray::s![
-        o[0]..o[0] + s[0],
-        o[1]..o[1] + s[1],
-        o[2]..o[2] + s[2]
-    ])
-    .to_owned()
 }
 
 /// `ffn import stack` settings from a config file.
@@ -143,7 +127,8 @@ fn required<T>(
 }
 
 /// ", box at x,y,z = ... of size ..." for a cropped import; empty for the whole volume.
-fn region_note((o, s): ([usize; 3], [usize; 3]), full: [usize; 3]) -> String {
+fn region_note(v: &Imported) -> String {
+    let ((o, s), full) = (v.region, v.full);
     if o == [0; 3] && s == full {
         return String::new();
     }
@@ -151,11 +136,6 @@ fn region_note((o, s): ([usize; 3], [usize; 3]), full: [usize; 3]) -> String {
         ", the box at x,y,z = {},{},{} of size {},{},{}",
         o[2], o[1], o[0], s[2], s[1], s[0]
     )
-}
-
-fn shape_of<T>(v: &ndarray::Array3<T>) -> [usize; 3] {
-    let (z, y, x) = v.dim();
-    [z, y, x]
 }
 
 fn parse_spec(text: &str) -> Result<VolumeSpec> {
@@ -187,13 +167,8 @@ fn run_stack(args: StackArgs) -> Result<()> {
         "output",
         cfg_path,
     )?)?;
-    let slices = ffn_io::stack::find_slices(&source)?;
-    let volume = ffn_io::stack::read_stack(&slices)?;
-    let full = shape_of(&volume);
-    let region = args.region.resolve(full, &source)?;
-    let volume = crop(volume, region);
-    ffn_io::write_image_u8(&output, &volume)?;
-    let s = volume.shape();
+    let done = import_stack(&source, &output, args.region.parse()?)?;
+    let (s, slices) = (done.volume.shape, &done.slices);
     println!(
         "wrote {output}: uint8, shape {} x {} x {} (z,y,x) from {} slices ({} .. {}){}",
         s[0],
@@ -209,7 +184,7 @@ fn run_stack(args: StackArgs) -> Result<()> {
             .and_then(|p| p.file_name())
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default(),
-        region_note(region, full),
+        region_note(&done.volume),
     );
     Ok(())
 }
@@ -246,27 +221,27 @@ fn run_labels(args: LabelsArgs) -> Result<()> {
                 .unwrap_or_else(|| "transforms".into()),
         )
     };
-    let labels = ffn_io::labels::read_flyem_labels(&input, &stack, transforms.as_deref())?;
-    let full = shape_of(&labels);
-    let region = args.region.resolve(full, &input.display())?;
-    let labels = crop(labels, region);
-    ffn_io::write_labels(&output, &labels)?;
-    let s = labels.shape();
-    let dtype = ffn_io::dataset_dtype(&output)?;
+    let done = import_labels(&LabelsImport {
+        input: input.clone(),
+        stack_dataset: stack.clone(),
+        transforms: transforms.clone(),
+        output: output.clone(),
+        region: args.region.parse()?,
+    })?;
+    let (s, objects, zeros) = (done.volume.shape, done.objects, done.zeros);
     let how = match &transforms {
         Some(t) => format!("'{stack}' mapped through '{t}'"),
         None => format!("'{stack}' as is"),
     };
-    let objects = ffn_io::labels::count_objects(&labels);
-    let zeros = labels.iter().filter(|&&x| x == 0).count();
     println!(
-        "wrote {output}: {dtype}, shape {} x {} x {} (z,y,x), {} distinct ids ({objects} non-zero, id 0 on {zeros} voxels) from {} {how}{}",
+        "wrote {output}: {}, shape {} x {} x {} (z,y,x), {} distinct ids ({objects} non-zero, id 0 on {zeros} voxels) from {} {how}{}",
+        done.dtype,
         s[0],
         s[1],
         s[2],
         objects + usize::from(zeros > 0),
         input.display(),
-        region_note(region, full),
+        region_note(&done.volume),
     );
     Ok(())
 }
