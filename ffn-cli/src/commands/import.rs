@@ -138,7 +138,13 @@ fn region_note(v: &Imported) -> String {
     )
 }
 
-fn parse_spec(text: &str) -> Result<VolumeSpec> {
+/// The required `--output FILE.h5:DATASET`, from the flag or the config file.
+fn output_spec(
+    flag: Option<String>,
+    file: Option<String>,
+    config: Option<&Path>,
+) -> Result<VolumeSpec> {
+    let text = required(flag, file, "--output FILE.h5:DATASET", "output", config)?;
     Ok(text.parse::<VolumeSpec>()?)
 }
 
@@ -160,13 +166,7 @@ fn run_stack(args: StackArgs) -> Result<()> {
         "source",
         cfg_path,
     )?;
-    let output = parse_spec(&required(
-        args.output,
-        file.output,
-        "--output FILE.h5:DATASET",
-        "output",
-        cfg_path,
-    )?)?;
+    let output = output_spec(args.output, file.output, cfg_path)?;
     let done = import_stack(&source, &output, args.region.parse()?)?;
     let (s, slices) = (done.volume.shape, &done.slices);
     println!(
@@ -199,13 +199,7 @@ fn run_labels(args: LabelsArgs) -> Result<()> {
         "input",
         cfg_path,
     )?;
-    let output = parse_spec(&required(
-        args.output,
-        file.output,
-        "--output FILE.h5:DATASET",
-        "output",
-        cfg_path,
-    )?)?;
+    let output = output_spec(args.output, file.output, cfg_path)?;
     let stack = args
         .stack_dataset
         .or(file.stack_dataset)
