@@ -62,7 +62,7 @@ pub struct NetArgs {
     seed: u64,
     /// Convolution algorithm of the 3x3x3 layers: `winograd` (F(4,3) along x, fewer
     /// multiply-adds) or `direct`. With `winograd` the result is also compared with `direct`.
-    #[arg(long, default_value = "winograd", value_parser = super::parse_conv_algorithm)]
+    #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     conv: ConvAlgorithm,
     /// Skip the comparison with `direct` (e.g. when profiling the timed calls alone).
     #[arg(long)]

@@ -98,7 +98,7 @@ pub struct Args {
     /// Convolution algorithm of the 3x3x3 layers: `winograd` (F(4,3) along x, about 1.8x fewer
     /// multiply-adds, rounding differences of order 1e-7; on AVX2 CPUs for layers of 32k channels,
     /// the others run direct) or `direct`.
-    #[arg(long, default_value = "winograd", value_parser = super::parse_conv_algorithm)]
+    #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     pub conv: ffn_core::conv::winograd::ConvAlgorithm,
 }
 

@@ -86,11 +86,3 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Export(args) => export::run(args),
     }
 }
-
-/// Parses `--conv` (`winograd` or `direct`) for clap.
-pub(crate) fn parse_conv_algorithm(
-    name: &str,
-) -> Result<ffn_core::conv::winograd::ConvAlgorithm, String> {
-    ffn_core::conv::winograd::ConvAlgorithm::from_name(name)
-        .ok_or_else(|| format!("expected `winograd` or `direct`, found `{name}`"))
-}
