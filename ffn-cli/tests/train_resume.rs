@@ -145,6 +145,28 @@ fn resume_continues_bitwise_identically() {
     assert_eq!(rows(&a), rows(&b));
     assert_eq!(rows(&a).len(), 1 + 8);
     assert!(Path::new(&b).join("training_curve.png").exists());
+
+    // A truncated newest checkpoint (a crash of the disk, not of ffn): --resume says so, falls
+    // back to step 20 and reaches the same step-40 weights again.
+    let newest = Path::new(&b).join(name);
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..bytes.len() / 3]).unwrap();
+    let o = train(
+        &common,
+        &["--out", b.as_str(), "--max-steps", "40", "--resume"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("skipping") && err.contains("ckpt-0000000040"),
+        "{err}"
+    );
+    let again = load_checkpoint(&newest).unwrap();
+    assert_eq!(
+        bits(&again.params),
+        bits(&ca.params),
+        "weights differ after the fallback"
+    );
 }
 
 #[test]

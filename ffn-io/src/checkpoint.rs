@@ -8,7 +8,13 @@
 //! - one 1-D `F32` tensor per optimiser buffer, named `optimizer/NAME`;
 //! - header metadata (string -> string): `format` = `ffn-rs checkpoint`, `format_version` = `1`,
 //!   `model` (JSON: depth, features, fov, deltas), `step`, `rng_state` (JSON array of 4 u64),
-//!   `optimizer` (JSON array of buffer names, in order) and `training_config` (free-form JSON).
+//!   `optimizer` (JSON array of buffer names, in order), `training_config` (free-form JSON) and
+//!   `tensors_crc32c` (CRC-32C of the tensors' bytes: the parameters in spec order, then the
+//!   optimiser buffers in order; 8 hex digits). Files without the checksum (written before it
+//!   existed) still load; a checksum that does not match is an error.
+//!
+//! Loading checks every tensor's name, type and shape against the metadata, the checksum, and that
+//! every parameter is finite; nothing is allocated beyond what the file holds.
 //!
 //! # Crash safety
 //! [`save_checkpoint`] writes a temp file in the destination folder, fsyncs it, renames it over the
@@ -33,6 +39,8 @@ pub const FORMAT: &str = "ffn-rs checkpoint";
 pub const FORMAT_VERSION: &str = "1";
 /// Prefix of optimiser-buffer tensor names.
 pub const OPTIMIZER_PREFIX: &str = "optimizer/";
+/// Metadata key of the tensors' CRC-32C.
+pub const CRC_KEY: &str = "tensors_crc32c";
 /// File-name extension of checkpoints.
 pub const EXTENSION: &str = "safetensors";
 
@@ -150,6 +158,9 @@ pub fn encode_checkpoint(ckpt: &Checkpoint) -> Result<Vec<u8>, String> {
             f32_bytes(buf),
         ));
     }
+    let crc = owned
+        .iter()
+        .fold(0, |crc, (_, _, data)| crate::crc32c::extend(crc, data));
     let mut views = Vec::with_capacity(owned.len());
     for (name, shape, data) in &owned {
         let view = TensorView::new(Dtype::F32, shape.clone(), data)
@@ -164,6 +175,7 @@ pub fn encode_checkpoint(ckpt: &Checkpoint) -> Result<Vec<u8>, String> {
         ("rng_state", json!(ckpt.rng_state).to_string()),
         ("optimizer", json!(names).to_string()),
         ("training_config", ckpt.training_config.to_string()),
+        (CRC_KEY, format!("{crc:08x}")),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -221,6 +233,7 @@ pub fn decode_checkpoint(path: &Path, bytes: &[u8]) -> Result<Checkpoint, IoErro
     })?;
     let training_config = parse_json("training_config")?;
 
+    let crc = std::cell::Cell::new(0u32);
     let read = |name: &str, shape: &[usize]| -> Result<Vec<f32>, IoError> {
         let t = st
             .tensor(name)
@@ -240,12 +253,24 @@ pub fn decode_checkpoint(path: &Path, bytes: &[u8]) -> Result<Checkpoint, IoErro
                 ),
             ));
         }
+        crc.set(crate::crc32c::extend(crc.get(), t.data()));
         Ok(bytes_f32(t.data()))
     };
     let specs = model.param_specs();
-    let mut params = Vec::with_capacity(model.num_params());
+    // Grows with what the file holds: the metadata's architecture alone allocates nothing.
+    let mut params = Vec::new();
     for s in &specs {
-        params.extend(read(&s.name, &s.shape)?);
+        let values = read(&s.name, &s.shape)?;
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(bad(
+                path,
+                format!(
+                    "tensor '{}': value {} at index {i} is not finite (a diverged or damaged checkpoint)",
+                    s.name, values[i]
+                ),
+            ));
+        }
+        params.extend(values);
     }
     let mut optimizer = Vec::with_capacity(opt_names.len());
     for name in &opt_names {
@@ -255,6 +280,17 @@ pub fn decode_checkpoint(path: &Path, bytes: &[u8]) -> Result<Checkpoint, IoErro
             .map(|t| t.shape().iter().product())
             .unwrap_or(0);
         optimizer.push((name.clone(), read(&full, &[len])?));
+    }
+    if let Some(stored) = meta.get(CRC_KEY) {
+        let found = format!("{:08x}", crc.get());
+        if *stored != found {
+            return Err(bad(
+                path,
+                format!(
+                    "metadata '{CRC_KEY}': the tensors' checksum is {found}, the file says {stored}: damaged bytes"
+                ),
+            ));
+        }
     }
     let known = specs.len() + opt_names.len();
     if st.len() != known {
@@ -435,6 +471,34 @@ pub fn list_checkpoints(dir: &Path) -> Result<Vec<(u64, PathBuf)>, IoError> {
 /// The checkpoint of the highest step in a folder, if any.
 pub fn latest_checkpoint(dir: &Path) -> Result<Option<PathBuf>, IoError> {
     Ok(list_checkpoints(dir)?.pop().map(|(_, p)| p))
+}
+
+/// A checkpoint of a folder that did not load, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SkippedCheckpoint {
+    /// The file.
+    pub path: PathBuf,
+    /// The load error.
+    pub reason: String,
+}
+
+/// The newest checkpoint of a folder that loads (a damaged or truncated newer one is skipped and
+/// reported, so that a resume falls back to the one before), with the ones skipped, newest first.
+/// `None` when the folder has no checkpoint that loads.
+pub fn newest_valid_checkpoint(
+    dir: &Path,
+) -> Result<(Option<(PathBuf, Checkpoint)>, Vec<SkippedCheckpoint>), IoError> {
+    let mut skipped = Vec::new();
+    for (_, path) in list_checkpoints(dir)?.into_iter().rev() {
+        match load_checkpoint(&path) {
+            Ok(ck) => return Ok((Some((path, ck)), skipped)),
+            Err(e) => skipped.push(SkippedCheckpoint {
+                path,
+                reason: e.to_string(),
+            }),
+        }
+    }
+    Ok((None, skipped))
 }
 
 /// Saves `ckpt` as `dir/ckpt-STEP.safetensors` (atomically), then deletes all but the newest
@@ -797,5 +861,75 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.ends_with("none.safetensors: file not found"), "{e}");
+    }
+
+    #[test]
+    fn damaged_bytes_nan_weights_and_huge_architectures_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.safetensors");
+        let c = sample(1, 1);
+        save_checkpoint(&path, &c).unwrap();
+        let mut bytes = fs::read(&path).unwrap();
+        // The first data byte (lowest mantissa byte of the first value): still finite.
+        let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        bytes[8 + header] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let e = load_checkpoint(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("tensors_crc32c") && e.contains("damaged bytes"),
+            "{e}"
+        );
+
+        let mut nan = c.clone();
+        nan.params[5] = f32::NAN;
+        save_checkpoint(&path, &nan).unwrap();
+        let e = load_checkpoint(&path).unwrap_err().to_string();
+        assert!(e.contains("at index 5 is not finite"), "{e}");
+
+        // Metadata declaring 10^7 features over a file without tensors: an error, no allocation.
+        let mut meta = HashMap::new();
+        for (k, v) in [
+            ("format", FORMAT),
+            ("format_version", FORMAT_VERSION),
+            (
+                "model",
+                r#"{"depth":1,"features":10000000,"fov":[9,9,9],"deltas":[2,2,2]}"#,
+            ),
+            ("step", "1"),
+            ("rng_state", "[1,2,3,4]"),
+            ("optimizer", "[]"),
+            ("training_config", "{}"),
+        ] {
+            meta.insert(k.to_string(), v.to_string());
+        }
+        let empty = Vec::<(String, TensorView)>::new();
+        fs::write(&path, safetensors::serialize(empty, Some(meta)).unwrap()).unwrap();
+        let e = load_checkpoint(&path).unwrap_err().to_string();
+        assert!(e.contains("tensor 'conv0_a/weights' missing"), "{e}");
+    }
+
+    #[test]
+    fn resume_falls_back_past_a_truncated_newest_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        save_checkpoint_in_dir(dir.path(), &sample(1, 4), 0).unwrap();
+        let newest = save_checkpoint_in_dir(dir.path(), &sample(1, 8), 0).unwrap();
+        let bytes = fs::read(&newest).unwrap();
+        fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+        let (found, skipped) = newest_valid_checkpoint(dir.path()).unwrap();
+        let (path, ck) = found.unwrap();
+        assert_eq!(
+            (ck.step, path.file_name().unwrap().to_str().unwrap()),
+            (4, "ckpt-0000000004.safetensors")
+        );
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped[0].path, newest);
+        assert!(
+            skipped[0].reason.contains("truncated"),
+            "{}",
+            skipped[0].reason
+        );
+        fs::write(dir.path().join("ckpt-0000000004.safetensors"), b"junk").unwrap();
+        let (found, skipped) = newest_valid_checkpoint(dir.path()).unwrap();
+        assert!(found.is_none() && skipped.len() == 2);
     }
 }

@@ -144,9 +144,9 @@ pub struct TfEntry {
 }
 
 impl TfEntry {
-    /// Number of elements.
-    pub fn num_elements(&self) -> usize {
-        self.shape.iter().product()
+    /// Number of elements; `None` when the declared shape's product overflows.
+    pub fn num_elements(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
     }
 }
 
@@ -532,8 +532,11 @@ impl TfBundle {
             )));
         }
         if let Some(elem) = entry.dtype.size() {
-            let expected = entry.num_elements() as u64 * elem as u64;
-            if entry.size != expected {
+            let expected = entry
+                .num_elements()
+                .and_then(|n| (n as u64).checked_mul(elem as u64));
+            if expected != Some(entry.size) {
+                let expected = expected.map_or("more than 2^64".to_string(), |e| e.to_string());
                 return Err(bad(format!(
                     "tensor '{name}': {} bytes recorded, expected {expected} for {} {:?}",
                     entry.size,
@@ -657,7 +660,8 @@ pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
         ..ModelConfig::default()
     };
     let specs = config.param_specs();
-    let mut params = vec![0f32; config.num_params()];
+    // Grows with the tensors read (each bounded by the data file), never by the declared shape.
+    let mut params = Vec::new();
     for spec in &specs {
         let name = scoped(&spec.name);
         let entry = bundle.entry(&name).ok_or_else(|| {
@@ -672,7 +676,8 @@ pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
             )));
         }
         let (_, values) = bundle.read_f32(&name)?;
-        params[spec.offset..spec.offset + spec.len()].copy_from_slice(&values);
+        debug_assert_eq!(params.len(), spec.offset);
+        params.extend_from_slice(&values);
     }
     Ok((config, params))
 }

@@ -292,6 +292,9 @@ fn train_rank(
 ) -> Result<ffn_io::training::Summary> {
     let mut run = TrainingRun::new(opts.clone(), group)?;
     let talk = !quiet && group.is_root();
+    for s in run.skipped_checkpoints().iter().filter(|_| group.is_root()) {
+        eprintln!("skipping {}: {}", s.path.display(), s.reason);
+    }
     match run.start() {
         Start::Resumed(path, step) if talk => {
             eprintln!("resuming from {} (step {step})", path.display())

@@ -21,8 +21,8 @@ use super::log::{Log, LogRow, write_training_curve};
 use super::options::TrainOptions;
 use super::volumes::{Normalisation, load_training_volumes};
 use crate::checkpoint::{
-    Checkpoint, check_architecture, checkpoint_file_name, latest_checkpoint, load_checkpoint,
-    save_checkpoint_in_dir,
+    Checkpoint, SkippedCheckpoint, check_architecture, checkpoint_file_name,
+    newest_valid_checkpoint, save_checkpoint_in_dir,
 };
 use crate::coords::read_coords;
 
@@ -90,6 +90,7 @@ pub struct TrainingRun<'g> {
     log: Log,
     rows: Vec<LogRow>,
     start: Start,
+    skipped: Vec<SkippedCheckpoint>,
     start_step: u64,
     /// CPU seconds recorded by the resumed checkpoint, and the step from which they count.
     cpu_before: (f64, u64),
@@ -191,13 +192,12 @@ impl<'g> TrainingRun<'g> {
             .with_context(|| format!("creating {}", ckpt_dir.display()))?;
         let mut optimizer = opts.make_optimizer();
         let mut cpu_before = (0.0f64, 0u64);
-        let resume_from = match opts.resume {
-            true => latest_checkpoint(&ckpt_dir)?,
-            false => None,
+        let (resume_from, skipped) = match opts.resume {
+            true => newest_valid_checkpoint(&ckpt_dir)?,
+            false => (None, Vec::new()),
         };
         let (mut net, start) = match resume_from {
-            Some(path) => {
-                let ck = load_checkpoint(&path)?;
+            Some((path, ck)) => {
                 check_architecture(&path, &model, &ck.model)?;
                 let saved = ck
                     .training_config
@@ -295,6 +295,7 @@ impl<'g> TrainingRun<'g> {
             log,
             rows,
             start,
+            skipped,
             start_step,
             cpu_before,
             started: now,
@@ -307,6 +308,11 @@ impl<'g> TrainingRun<'g> {
     /// Where the weights came from.
     pub fn start(&self) -> &Start {
         &self.start
+    }
+
+    /// Newer checkpoints a resume skipped because they did not load (newest first), and why.
+    pub fn skipped_checkpoints(&self) -> &[SkippedCheckpoint] {
+        &self.skipped
     }
 
     /// The step this process started at.
