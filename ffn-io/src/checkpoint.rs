@@ -482,23 +482,35 @@ pub struct SkippedCheckpoint {
     pub reason: String,
 }
 
+/// What [`newest_valid_checkpoint`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewestValid {
+    /// The newest checkpoint that loads and its path; `None` when none does.
+    pub found: Option<(PathBuf, Checkpoint)>,
+    /// The newer ones that did not load, newest first.
+    pub skipped: Vec<SkippedCheckpoint>,
+}
+
 /// The newest checkpoint of a folder that loads (a damaged or truncated newer one is skipped and
-/// reported, so that a resume falls back to the one before), with the ones skipped, newest first.
-/// `None` when the folder has no checkpoint that loads.
-pub fn newest_valid_checkpoint(
-    dir: &Path,
-) -> Result<(Option<(PathBuf, Checkpoint)>, Vec<SkippedCheckpoint>), IoError> {
+/// reported, so that a resume falls back to the one before).
+pub fn newest_valid_checkpoint(dir: &Path) -> Result<NewestValid, IoError> {
     let mut skipped = Vec::new();
     for (_, path) in list_checkpoints(dir)?.into_iter().rev() {
         match load_checkpoint(&path) {
-            Ok(ck) => return Ok((Some((path, ck)), skipped)),
+            Ok(ck) => {
+                let found = Some((path, ck));
+                return Ok(NewestValid { found, skipped });
+            }
             Err(e) => skipped.push(SkippedCheckpoint {
                 path,
                 reason: e.to_string(),
             }),
         }
     }
-    Ok((None, skipped))
+    Ok(NewestValid {
+        found: None,
+        skipped,
+    })
 }
 
 /// Saves `ckpt` as `dir/ckpt-STEP.safetensors` (atomically), then deletes all but the newest
@@ -915,7 +927,7 @@ mod tests {
         let newest = save_checkpoint_in_dir(dir.path(), &sample(1, 8), 0).unwrap();
         let bytes = fs::read(&newest).unwrap();
         fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
-        let (found, skipped) = newest_valid_checkpoint(dir.path()).unwrap();
+        let NewestValid { found, skipped } = newest_valid_checkpoint(dir.path()).unwrap();
         let (path, ck) = found.unwrap();
         assert_eq!(
             (ck.step, path.file_name().unwrap().to_str().unwrap()),
@@ -929,7 +941,7 @@ mod tests {
             skipped[0].reason
         );
         fs::write(dir.path().join("ckpt-0000000004.safetensors"), b"junk").unwrap();
-        let (found, skipped) = newest_valid_checkpoint(dir.path()).unwrap();
+        let NewestValid { found, skipped } = newest_valid_checkpoint(dir.path()).unwrap();
         assert!(found.is_none() && skipped.len() == 2);
     }
 }

@@ -193,7 +193,10 @@ impl<'g> TrainingRun<'g> {
         let mut optimizer = opts.make_optimizer();
         let mut cpu_before = (0.0f64, 0u64);
         let (resume_from, skipped) = match opts.resume {
-            true => newest_valid_checkpoint(&ckpt_dir)?,
+            true => {
+                let newest = newest_valid_checkpoint(&ckpt_dir)?;
+                (newest.found, newest.skipped)
+            }
             false => (None, Vec::new()),
         };
         let (mut net, start) = match resume_from {
