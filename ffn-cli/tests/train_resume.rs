@@ -366,3 +366,51 @@ fn infer_uses_the_normalisation_recorded_in_the_checkpoint() {
         "{line} (image mean {m}, stddev {s})"
     );
 }
+
+#[test]
+fn sigterm_stops_with_a_checkpoint_and_status_75_and_resume_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let common = prepare(dir.path());
+    let out = dir.path().join("run");
+    let mut args: Vec<String> = vec!["train".into()];
+    args.extend(common.iter().cloned());
+    args.extend(["--out", out.to_str().unwrap(), "--max-steps", "100000000"].map(String::from));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ffn"))
+        .args(&args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first metrics row (training runs), at most 120 s.
+    let log = out.join("train_log.csv");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(t0.elapsed().as_secs() < 120, "no metrics row within 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(75), "{err}");
+    assert!(err.contains("stopped by SIGTERM at step"), "{err}");
+    let newest = ffn_io::checkpoint::latest_checkpoint(&out.join("checkpoints"))
+        .unwrap()
+        .expect("a checkpoint at the stop");
+    let stopped = load_checkpoint(&newest).unwrap();
+    assert!(stopped.step >= 5, "stopped at step {}", stopped.step);
+    // --resume continues from there.
+    let target = (stopped.step + 3).to_string();
+    let out_s = out.display().to_string();
+    let o = train(
+        &common,
+        &["--out", &out_s, "--max-steps", &target, "--resume"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let done = ffn_io::checkpoint::latest_checkpoint(&out.join("checkpoints"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(load_checkpoint(&done).unwrap().step, stopped.step + 3);
+}

@@ -421,6 +421,20 @@ impl DataParallel {
         Ok(b.first() == Some(&1))
     }
 
+    /// Whether `local` holds on any rank (e.g. "a stop signal arrived"), on every rank. No
+    /// collective when `needed` is false (it must be the same on all ranks).
+    pub fn agree_any(&self, needed: bool, local: impl FnOnce() -> bool) -> Result<bool> {
+        if !needed {
+            return Ok(false);
+        }
+        let v = local();
+        if self.comm.is_none() {
+            return Ok(v);
+        }
+        let total = self.sum(vec![f32::from(u8::from(v))])?;
+        Ok(total.first().is_some_and(|&t| t > 0.0))
+    }
+
     /// Writes the timeline if it is still pending (called at the end of the window and at the end
     /// of training; collective).
     pub fn flush_timeline(&self) -> Result<()> {
@@ -474,5 +488,27 @@ impl DataParallel {
     /// The end of a successful run on this rank: the pending timeline is written.
     pub fn finish(&self) -> Result<()> {
         self.flush_timeline()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_agree_across_local_ranks() {
+        let opts = DataParallelOptions::over(Backend::Local, 3);
+        // Only rank 2 wants to stop: every rank stops (any). Only rank 0's clock counts (if).
+        let got = run(&opts, |g| {
+            let any = g.agree_any(true, || g.rank() == 2)?;
+            let none = g.agree_any(true, || false)?;
+            let root = g.agree_if(true, || g.rank() != 0)?;
+            let skipped = g.agree_any(false, || true)?;
+            Ok((any, none, root, skipped))
+        })
+        .unwrap();
+        assert_eq!(got, (true, false, false, false));
+        let single = DataParallel::single(&DataParallelOptions::default());
+        assert!(single.agree_any(true, || true).unwrap());
     }
 }

@@ -6,6 +6,7 @@
 //! `training_curve.png` (loss and F1 over steps). `--resume` continues from the newest checkpoint
 //! exactly as an uninterrupted run would (same weights after the same number of steps).
 
+use ffn_io::training::stop;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -215,6 +216,7 @@ impl Args {
             init_checkpoint: self.init_checkpoint.clone(),
             max_steps: self.max_steps,
             max_seconds: self.max_seconds,
+            stop_on_signal: true,
             image_mean: values(&self.image_mean, "image-mean")?,
             image_stddev: values(&self.image_stddev, "image-stddev")?,
             batch_size: self.batch_size,
@@ -337,8 +339,20 @@ pub fn train(args: &Args) -> Result<ffn_io::training::Summary> {
 
 /// Runs `ffn train`.
 pub fn run(args: Args) -> Result<()> {
+    stop::install_stop_signals().context("installing the SIGTERM / SIGUSR1 handlers")?;
     let s = train(&args)?;
-    if !ffn_comm::data_parallel::is_root_process(&args.dist.options()) {
+    let root = ffn_comm::data_parallel::is_root_process(&args.dist.options());
+    if let Some(why) = &s.stopped_by {
+        if root {
+            eprintln!(
+                "stopped by {why} at step {}: checkpoint {}; continue with --resume",
+                s.steps,
+                s.checkpoint.display()
+            );
+        }
+        std::process::exit(stop::STOPPED_EXIT_CODE);
+    }
+    if !root {
         return Ok(());
     }
     for n in &s.normalisation {

@@ -30,6 +30,7 @@
 mod log;
 mod options;
 mod run;
+pub mod stop;
 mod volumes;
 
 pub use log::{CSV_HEADER, LogRow, write_training_curve};

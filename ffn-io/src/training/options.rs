@@ -54,6 +54,10 @@ pub struct TrainOptions {
     pub max_steps: u64,
     /// Also stop (with a checkpoint) after this many seconds of training (0: no limit).
     pub max_seconds: u64,
+    /// Also stop (with a checkpoint) when [`stop::stop_requested`](super::stop::stop_requested)
+    /// on any rank (SIGTERM / SIGUSR1 once [`stop::install_stop_signals`](super::stop) ran):
+    /// checked after every step, with one small collective per step on several ranks.
+    pub stop_on_signal: bool,
     /// Image mean: one value for all volumes or one per volume; `None`: each volume's own.
     pub image_mean: Option<Vec<f64>>,
     /// Image stddev, like [`Self::image_mean`].
@@ -130,6 +134,7 @@ impl TrainOptions {
             init_checkpoint: None,
             max_steps: 1000,
             max_seconds: 0,
+            stop_on_signal: false,
             image_mean: None,
             image_stddev: None,
             model,
@@ -206,6 +211,7 @@ impl TrainOptions {
         json!({
             "max_steps": self.max_steps,
             "max_seconds": self.max_seconds,
+            "stop_on_signal": self.stop_on_signal,
             "report_every": self.report_every,
             "checkpoint_every": self.checkpoint_every,
             "checkpoint_secs": self.checkpoint_secs,

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::log::{Log, LogRow, write_training_curve};
 use super::options::TrainOptions;
+use super::stop;
 use super::volumes::{Normalisation, load_training_volumes};
 use crate::checkpoint::{
     Checkpoint, SkippedCheckpoint, check_architecture, checkpoint_file_name,
@@ -70,6 +71,9 @@ pub struct Summary {
     pub log: PathBuf,
     /// The normalisation used for each volume.
     pub normalisation: Vec<Normalisation>,
+    /// Why the run stopped before its limits (a stop signal, [`super::stop`]); `None` when it
+    /// reached them.
+    pub stopped_by: Option<String>,
     /// Mean FOV evaluations per second over this process's steps (all ranks).
     pub examples_per_s: f64,
 }
@@ -91,6 +95,7 @@ pub struct TrainingRun<'g> {
     rows: Vec<LogRow>,
     start: Start,
     skipped: Vec<SkippedCheckpoint>,
+    stopped: std::cell::RefCell<Option<String>>,
     start_step: u64,
     /// CPU seconds recorded by the resumed checkpoint, and the step from which they count.
     cpu_before: (f64, u64),
@@ -299,6 +304,7 @@ impl<'g> TrainingRun<'g> {
             rows,
             start,
             skipped,
+            stopped: Default::default(),
             start_step,
             cpu_before,
             started: now,
@@ -357,10 +363,29 @@ impl<'g> TrainingRun<'g> {
     /// limit is reached. Collective on a group when a time limit is set.
     pub fn is_done(&self) -> Result<bool> {
         let limit = self.opts.max_seconds;
-        Ok(self.trainer.steps() >= self.opts.max_steps
+        if self.trainer.steps() >= self.opts.max_steps
             || self.group.agree_if(limit > 0, || {
                 self.started.elapsed().as_secs_f64() >= limit as f64
-            })?)
+            })?
+        {
+            return Ok(true);
+        }
+        let local = stop::stop_requested();
+        if self
+            .group
+            .agree_any(self.opts.stop_on_signal, || local.is_some())?
+        {
+            let why = local.map_or("a stop signal on another rank".into(), stop::signal_name);
+            self.stopped.replace(Some(why));
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Why the run stopped before its step and time limits ("SIGTERM", ...), once
+    /// [`TrainingRun::is_done`] said so.
+    pub fn stopped_by(&self) -> Option<String> {
+        self.stopped.borrow().clone()
     }
 
     /// Runs one step: examples, forward, backward, gradient averaging across the group,
@@ -490,6 +515,7 @@ impl<'g> TrainingRun<'g> {
             curve,
             log: self.log.path,
             normalisation: self.norms,
+            stopped_by: self.stopped.into_inner(),
             examples_per_s: (done * (self.opts.batch_size * self.group.size()) as u64) as f64
                 / secs,
             rows: self.rows,
