@@ -375,7 +375,7 @@ fn sigterm_stops_with_a_checkpoint_and_status_75_and_resume_continues() {
     let mut args: Vec<String> = vec!["train".into()];
     args.extend(common.iter().cloned());
     args.extend(["--out", out.to_str().unwrap(), "--max-steps", "100000000"].map(String::from));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ffn"))
+    let child = Command::new(env!("CARGO_BIN_EXE_ffn"))
         .args(&args)
         .stderr(std::process::Stdio::piped())
         .spawn()
