@@ -1,7 +1,7 @@
 //! `ffn export` (Neuroglancer precomputed, read back chunk by chunk) and `ffn view` (overlay PNG).
 
-mod tiled_common;
-use tiled_common::*;
+mod support;
+use support::tiled::*;
 
 use ndarray::Array3;
 

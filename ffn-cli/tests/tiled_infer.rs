@@ -1,8 +1,8 @@
 //! `ffn infer-tiled` end to end with the oracle predictor: tiled results equal the untiled run for
 //! several tile sizes, and interrupted runs resume without recomputing finished tiles.
 
-mod tiled_common;
-use tiled_common::*;
+mod support;
+use support::tiled::*;
 
 use std::time::{Duration, Instant};
 

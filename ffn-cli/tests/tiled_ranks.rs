@@ -1,8 +1,8 @@
 //! `ffn infer-tiled` on 2 and 3 ranks (shm under `ffn launch`, MPI under `mpirun`) gives the same
 //! segmentation as 1 rank, with the tiles shared dynamically between the ranks.
 
-mod tiled_common;
-use tiled_common::*;
+mod support;
+use support::tiled::*;
 
 fn tiled_args<'a>(img: &'a str, out: &'a str, store: &'a str, backend: &'a str) -> Vec<&'a str> {
     let mut args = vec![

@@ -1,5 +1,6 @@
 //! Helpers of the CLI tests: start `ffn` processes and never wait forever ([`run`], [`finish`]);
-//! [`comm`]: the communicator suites; [`dist`]: data and runs of the data-parallel training tests.
+//! [`comm`]: the communicator suites; [`dist`]: data and runs of the data-parallel training tests;
+//! [`tiled`]: volumes and runs of the tiled-inference tests.
 
 #![allow(dead_code)]
 
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 
 pub mod comm;
 pub mod dist;
+pub mod tiled;
 
 /// The `ffn` binary under test.
 pub const FFN: &str = env!("CARGO_BIN_EXE_ffn");

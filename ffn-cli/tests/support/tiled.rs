@@ -1,5 +1,4 @@
-//! Shared helpers of the `tiled_*` end-to-end tests (included with `mod tiled_common;`).
-#![allow(dead_code)]
+//! Helpers of the `tiled_*` end-to-end tests (`use support::tiled::*`).
 
 use ffn_core::rng::Rng;
 use ndarray::Array3;
