@@ -391,3 +391,70 @@ fn inspect_lists_both_checkpoint_formats() {
     let err = fails(&["inspect", "model.ckpt-27465036"], tmp.path());
     assert!(err.contains("checksum mismatch in tensor"), "{err}");
 }
+
+#[test]
+fn outputs_that_would_replace_their_input_are_refused_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(
+        &[
+            "synth",
+            "--out",
+            "s.h5",
+            "--shape",
+            "24,24,24",
+            "--neurites",
+            "3",
+        ],
+        t,
+    );
+    let before = std::fs::read(t.join("s.h5")).unwrap();
+    let err = fails(
+        &[
+            "partitions",
+            "--labels",
+            "s.h5:labels",
+            "--out",
+            "./s.h5:/labels",
+        ],
+        t,
+    );
+    assert!(
+        err.contains("--out") && err.contains("would replace the input"),
+        "{err}"
+    );
+    let model = repo_data().join("../models/ffn-rs-fib25/model.safetensors");
+    let model = model.to_str().unwrap();
+    for (flag, target) in [("--out", "s.h5:image"), ("--prob-out", "s.h5:image")] {
+        let mut args = vec!["infer", "--image", "s.h5:image", "--checkpoint", model];
+        if flag == "--out" {
+            args.extend(["--out", target]);
+        } else {
+            args.extend(["--out", "seg.h5:seg", "--prob-out", target]);
+        }
+        let err = fails(&args, t);
+        assert!(
+            err.contains(flag) && err.contains("would replace the input"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(t.join("s.h5")).unwrap(),
+        before,
+        "the input file changed"
+    );
+    // An empty volume is an error, not "covering NaN%".
+    let empty = ffn_io::VolumeSpec::new(t.join("e.h5"), "image");
+    ffn_io::write_image_u8(&empty, &ndarray::Array3::zeros((0, 4, 4))).unwrap();
+    let args = [
+        "infer",
+        "--image",
+        "e.h5:image",
+        "--checkpoint",
+        model,
+        "--out",
+        "o.h5:seg",
+    ];
+    let err = fails(&args, t);
+    assert!(err.contains("the volume is empty"), "{err}");
+}

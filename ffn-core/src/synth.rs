@@ -121,8 +121,9 @@ impl SynthConfig {
             "shape",
             "every size >= 1",
         )?;
+        let voxels = self.shape.iter().try_fold(1usize, |n, &s| n.checked_mul(s));
         check(
-            self.shape.iter().product::<usize>() <= 1 << 30,
+            voxels.is_some_and(|v| v <= 1 << 30),
             "shape",
             "at most 2^30 voxels",
         )?;
@@ -446,6 +447,14 @@ mod tests {
             neurites: 8,
             ..SynthConfig::default()
         }
+    }
+
+    #[test]
+    fn shapes_whose_voxel_count_overflows_are_refused() {
+        let huge = SynthConfig::new([1 << 22, 1 << 22, 1 << 22], 3);
+        let e = huge.validate().unwrap_err();
+        assert_eq!(e.field, "shape");
+        assert!(generate(&huge).is_err());
     }
 
     #[test]

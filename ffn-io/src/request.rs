@@ -116,10 +116,15 @@ impl InferenceRequest {
     }
 }
 
+/// Deepest nesting of messages accepted (google/ffn's requests nest 2 deep); deeper text is an
+/// error instead of a stack overflow.
+pub const MAX_NESTING: usize = 32;
+
 struct Lexer<'a> {
     s: &'a [u8],
     i: usize,
     path: &'a Path,
+    depth: usize,
 }
 
 impl<'a> Lexer<'a> {
@@ -242,13 +247,18 @@ impl<'a> Lexer<'a> {
                 colon = true;
             }
             let value = match self.peek() {
-                Some(b'{') => {
+                Some(open @ (b'{' | b'<')) => {
+                    if self.depth >= MAX_NESTING {
+                        return Err(self.err(format!(
+                            "field {name}: messages nested deeper than {MAX_NESTING} levels"
+                        )));
+                    }
                     self.i += 1;
-                    TextValue::Message(self.message(Some(b'}'))?)
-                }
-                Some(b'<') => {
-                    self.i += 1;
-                    TextValue::Message(self.message(Some(b'>'))?)
+                    self.depth += 1;
+                    let close = if open == b'{' { b'}' } else { b'>' };
+                    let inner = self.message(Some(close))?;
+                    self.depth -= 1;
+                    TextValue::Message(inner)
                 }
                 Some(b'"' | b'\'') if colon => TextValue::Str(self.string()?),
                 _ if colon => TextValue::Word(
@@ -268,6 +278,7 @@ pub fn parse_text_proto(text: &str, path: &Path) -> Result<Vec<(String, TextValu
         s: text.as_bytes(),
         i: 0,
         path,
+        depth: 0,
     }
     .message(None)
 }
@@ -525,6 +536,23 @@ masks { channel_mask { } }
             .unwrap_err()
             .to_string();
         assert!(e.contains("model_args") && e.contains("JSON"), "{e}");
+        // 60 KB of nested `a{` (a stack overflow before the limit): an error.
+        let deep = "a{".repeat(30_000);
+        let e = parse_inference_request(&deep, p).unwrap_err().to_string();
+        assert!(e.contains("nested deeper than 32 levels"), "{e}");
+        let ok = format!("{}{}", "a{".repeat(MAX_NESTING), "}".repeat(MAX_NESTING));
+        assert!(parse_text_proto(&ok, p).is_ok());
+        // A NaN mean parses, and choosing the normalisation refuses it, naming the request.
+        let r = parse_inference_request("image_mean: nan", p).unwrap();
+        let choice = crate::NormalisationChoice {
+            request: (r.image_mean, r.image_stddev),
+            ..Default::default()
+        };
+        let e = choice.resolve(|| unreachable!()).unwrap_err().to_string();
+        assert!(
+            e.contains("image mean") && e.contains("NaN (from the request)"),
+            "{e}"
+        );
         let e = parse_inference_request("image_stddev: 0", p)
             .unwrap_err()
             .to_string();

@@ -30,6 +30,34 @@ pub struct VolumeSpec {
 }
 
 impl VolumeSpec {
+    /// Whether both name the same dataset of the same file (paths compared after resolving
+    /// links when the file exists, datasets without leading or trailing `/`).
+    pub fn same_dataset(&self, other: &VolumeSpec) -> bool {
+        let file = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        self.dataset.trim_matches('/') == other.dataset.trim_matches('/')
+            && file(&self.path) == file(&other.path)
+    }
+
+    /// Fails unless the output `out` (of flag `out_flag`) is another dataset than the input
+    /// `input` (of `in_flag`): writing the output would destroy the input.
+    pub fn check_not_input(
+        out: &VolumeSpec,
+        out_flag: &str,
+        input: &VolumeSpec,
+        in_flag: &str,
+    ) -> Result<(), IoError> {
+        if out.same_dataset(input) {
+            return Err(IoError::InvalidOption {
+                field: out_flag.into(),
+                expected: format!(
+                    "another dataset than the input {in_flag} (writing it would replace the input)"
+                ),
+                found: out.to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// A spec from its two parts.
     pub fn new(path: impl Into<PathBuf>, dataset: impl Into<String>) -> Self {
         Self {

@@ -42,6 +42,7 @@ pub fn compute(args: &Args) -> Result<Vec<usize>> {
         lom_radius: parse_xyz(&args.lom_radius, "--lom-radius")?,
         min_size: args.min_size,
     };
+    ffn_io::VolumeSpec::check_not_input(&args.out, "--out", &args.labels, "--labels")?;
     let labels = ffn_io::read_labels(&args.labels)?;
     let parts = compute_partitions(labels.view(), &cfg)
         .with_context(|| format!("partitions of {}", args.labels))?;

@@ -129,6 +129,11 @@ pub fn resolve_infer(
         .map(str::parse)
         .transpose()
         .context("--prob-out")?;
+    VolumeSpec::check_not_input(&out_spec, "--out", &image_spec, "--image")?;
+    if let Some(p) = &prob_spec {
+        VolumeSpec::check_not_input(p, "--prob-out", &image_spec, "--image")?;
+        VolumeSpec::check_not_input(p, "--prob-out", &out_spec, "--out")?;
+    }
 
     // Model.
     let loaded = crate::load_model(&ckpt)
@@ -156,6 +161,9 @@ pub fn resolve_infer(
 
     // The box, the options (defaults < request < given) and the seeds.
     let full = crate::dataset_shape(&image_spec)?;
+    if full.contains(&0) {
+        bail!("--image {image_spec}: the volume is empty (shape {full:?} z,y,x)");
+    }
     let (offset, shape) = parse_box(
         given.offset.as_deref(),
         given.size.as_deref(),
