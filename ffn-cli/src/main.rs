@@ -45,6 +45,10 @@ fn print_error(err: &anyhow::Error) {
 fn main() -> ExitCode {
     default_sigpipe();
     let cli = Cli::parse();
+    if let Err(err) = ffn_io::atomic::fail_writes_past_file_size_limit() {
+        print_error(&err.into());
+        return ExitCode::FAILURE;
+    }
     if let Err(err) = threads::configure() {
         print_error(&err);
         return ExitCode::FAILURE;

@@ -458,3 +458,81 @@ fn outputs_that_would_replace_their_input_are_refused_before_any_work() {
     let err = fails(&args, t);
     assert!(err.contains("the volume is empty"), "{err}");
 }
+
+/// A write that fails half-way (here: past the file-size limit, as a full disk or quota would)
+/// leaves the HDF5 file it was writing into as it was, with all its other datasets, and no
+/// temporary file behind.
+#[test]
+fn a_failed_write_into_an_existing_file_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(
+        &[
+            "synth",
+            "--out",
+            "f.h5",
+            "--shape",
+            "24,24,24",
+            "--neurites",
+            "3",
+        ],
+        t,
+    );
+    let notes = ffn_io::VolumeSpec::new(t.join("f.h5"), "notes");
+    let marks = ndarray::Array3::from_shape_fn((2, 3, 4), |(z, y, x)| (z * 12 + y * 4 + x) as u8);
+    ffn_io::write_image_u8(&notes, &marks).unwrap();
+    // The FIB-25 labels, uncompressed (so that only the write into f.h5 meets the limit).
+    let gz = repo_data().join("fib25/groundtruth.h5.gz");
+    ok(
+        &[
+            "import",
+            "labels",
+            gz.to_str().unwrap(),
+            "--output",
+            "gt.h5:stack",
+        ],
+        t,
+    );
+    let gt = t.join("gt.h5");
+    let before = std::fs::read(t.join("f.h5")).unwrap();
+    // Room for a copy of the file and a little more, not for the FIB-25 labels (megabytes).
+    let limit_kib = before.len() / 1024 + 64;
+    let script = format!(
+        "ulimit -f {limit_kib} && exec \"$0\" import labels \"$1\" --no-transforms --output f.h5:labels"
+    );
+    let out = Command::new("bash")
+        .args(["-c", &script, FFN, gt.to_str().unwrap()])
+        .current_dir(t)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("f.h5"), "{err}");
+    assert_eq!(
+        std::fs::read(t.join("f.h5")).unwrap(),
+        before,
+        "the file changed"
+    );
+    assert_eq!(ffn_io::read_image_u8(&notes).unwrap(), marks);
+    let image = ffn_io::VolumeSpec::new(t.join("f.h5"), "image");
+    assert_eq!(ffn_io::read_image_u8(&image).unwrap().shape(), [24, 24, 24]);
+    let names: Vec<String> = std::fs::read_dir(t)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains(".tmp-")), "{names:?}");
+    // Without the limit the same command succeeds and keeps the other datasets.
+    ok(
+        &[
+            "import",
+            "labels",
+            gt.to_str().unwrap(),
+            "--no-transforms",
+            "--output",
+            "f.h5:labels",
+        ],
+        t,
+    );
+    assert_eq!(ffn_io::read_image_u8(&notes).unwrap(), marks);
+}

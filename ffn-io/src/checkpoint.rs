@@ -29,9 +29,7 @@ use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Value of the `format` metadata key.
 pub const FORMAT: &str = "ffn-rs checkpoint";
@@ -321,56 +319,18 @@ pub fn decode_checkpoint(path: &Path, bytes: &[u8]) -> Result<Checkpoint, IoErro
     })
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
-}
-
-fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-/// Writes `bytes` to `path` atomically: temp file in the same folder, fsync, rename, fsync folder.
-/// `crash_after` (tests only) stops after writing that many bytes to the temp file, as a kill would.
+/// Writes `bytes` to `path` atomically ([`crate::atomic`]). `crash_after` (tests only) stops after
+/// writing that many bytes to the temporary file, as a kill would, and leaves that file behind.
 fn write_atomic(path: &Path, bytes: &[u8], crash_after: Option<usize>) -> Result<(), IoError> {
-    let dir = parent_dir(path);
-    fs::metadata(&dir).map_err(|e| IoError::os(&dir, e))?;
-    let tmp = temp_path(path);
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(|e| IoError::os(&tmp, e))?;
-        if let Some(n) = crash_after {
-            f.write_all(&bytes[..n.min(bytes.len())])
-                .map_err(|e| IoError::os(&tmp, e))?;
-            return Err(IoError::os(
-                &tmp,
-                std::io::Error::other("simulated crash before rename"),
-            ));
-        }
-        f.write_all(bytes).map_err(|e| IoError::os(&tmp, e))?;
-        f.sync_all().map_err(|e| IoError::os(&tmp, e))?;
-        drop(f);
-        fs::rename(&tmp, path).map_err(|e| IoError::os(path, e))?;
-        fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| IoError::os(&dir, e))
-    })();
-    if result.is_err() && crash_after.is_none() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    let Some(n) = crash_after else {
+        return crate::atomic::write_atomic(path, bytes);
+    };
+    let tmp = crate::atomic::temp_path(path);
+    fs::write(&tmp, &bytes[..n.min(bytes.len())]).map_err(|e| IoError::os(&tmp, e))?;
+    Err(IoError::os(
+        &tmp,
+        std::io::Error::other("simulated crash before rename"),
+    ))
 }
 
 /// Saves a checkpoint to `path` atomically (see the module docs). Fails without touching `path` if

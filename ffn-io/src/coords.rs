@@ -15,9 +15,9 @@
 //! sees half a file.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::error::IoError;
 use ffn_core::training::coordinates::Coordinate;
 
 /// Magic bytes at the start of a coordinate file.
@@ -151,16 +151,9 @@ pub fn write_coords(path: &Path, file: &CoordinateFile) -> Result<(), CoordsErro
         path: path.to_path_buf(),
         source,
     };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let mut f = fs::File::create(&tmp).map_err(os)?;
-    f.write_all(&encode(file)).map_err(os)?;
-    f.sync_all().map_err(os)?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        os(e)
+    crate::atomic::write_atomic(path, &encode(file)).map_err(|e| match e {
+        IoError::Os { source, .. } => os(source),
+        other => os(std::io::Error::other(other.to_string())),
     })
 }
 

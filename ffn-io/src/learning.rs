@@ -236,7 +236,7 @@ pub fn evaluate_run(
     }
     let table = markdown(&rows, args);
     let md = args.out.join("learning.md");
-    std::fs::write(&md, &table).with_context(|| format!("writing {}", md.display()))?;
+    crate::atomic::write_atomic(&md, table.as_bytes())?;
     curve(&args.out.join("learning_curve.png"), &rows)?;
     Ok(LearningReport {
         table,
@@ -297,10 +297,7 @@ fn write_rows(path: &Path, rows: &Rows) -> Result<()> {
         text.push_str(&r.csv());
         text.push('\n');
     }
-    let tmp = path.with_extension("csv.tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
+    Ok(crate::atomic::write_atomic(path, text.as_bytes())?)
 }
 
 /// Training wall-clock hours by step, from the run's `train_log.csv` (`step` and `elapsed_s`

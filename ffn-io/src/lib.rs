@@ -8,6 +8,7 @@
 //! key) and what was expected and found.
 #![warn(missing_docs)]
 
+pub mod atomic;
 pub mod checkpoint;
 pub mod config;
 pub mod coords;

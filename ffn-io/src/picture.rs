@@ -18,14 +18,15 @@ pub fn write_rgb_png(path: &Path, width: usize, height: usize, rgb: &[u8]) -> Re
         });
     }
     let png_err = |e: png::EncodingError| IoError::os(path, std::io::Error::other(e));
-    let file = std::fs::File::create(path).map_err(|e| IoError::os(path, e))?;
-    let mut enc = png::Encoder::new(BufWriter::new(file), width as u32, height as u32);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc.write_header().map_err(png_err)?;
-    w.write_image_data(rgb).map_err(png_err)?;
-    w.finish().map_err(png_err)?;
-    Ok(())
+    crate::atomic::replace_file(path, |tmp| {
+        let file = std::fs::File::create(tmp).map_err(|e| IoError::os(tmp, e))?;
+        let mut enc = png::Encoder::new(BufWriter::new(file), width as u32, height as u32);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut w = enc.write_header().map_err(png_err)?;
+        w.write_image_data(rgb).map_err(png_err)?;
+        w.finish().map_err(png_err)
+    })
 }
 
 #[cfg(test)]

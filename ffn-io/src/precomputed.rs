@@ -18,7 +18,6 @@
 use crate::error::IoError;
 use ndarray::{Array3, ArrayView3};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Image or segmentation layer.
@@ -294,8 +293,7 @@ impl PrecomputedWriter {
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    let mut f = std::fs::File::create(path).map_err(|e| IoError::os(path, e))?;
-    f.write_all(bytes).map_err(|e| IoError::os(path, e))
+    crate::atomic::write_atomic(path, bytes)
 }
 
 fn field<'a>(v: &'a Value, key: &str, path: &Path) -> Result<&'a Value, IoError> {

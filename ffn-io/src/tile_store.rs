@@ -69,33 +69,7 @@ fn bad(path: &Path, reason: impl Into<String>) -> IoError {
     }
 }
 
-fn unique_tmp(path: &Path) -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(format!(".tmp.{}.{nanos}", std::process::id()));
-    path.with_file_name(name)
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, then renamed.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    let tmp = unique_tmp(path);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(IoError::os(path, e));
-    }
-    Ok(())
-}
+use crate::atomic::write_atomic;
 
 impl TileStore {
     /// Opens the store in `dir`, creating the folder and its manifest when they do not exist.

@@ -400,20 +400,22 @@ pub fn read_labels_region(
     read_labels_impl(spec, Some((offset_zyx, shape_zyx)))
 }
 
-/// Opens (or creates) the file of `spec` for writing, removes an existing dataset of that name and
-/// creates the groups on its path. Returns the file and the group that will hold the dataset.
-fn prepare_write(spec: &VolumeSpec) -> Result<(File, hdf5::Group, String), IoError> {
+/// Opens the HDF5 file `tmp` for writing the dataset of `spec`: a copy of the existing file of
+/// `spec` (so that its other datasets are carried over) or a new file. Removes an existing dataset
+/// of that name and creates the groups on its path. Returns the file and the group that will hold
+/// the dataset.
+fn prepare_write(spec: &VolumeSpec, tmp: &Path) -> Result<(File, hdf5::Group, String), IoError> {
     let path = &spec.path;
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::metadata(parent).map_err(|e| IoError::os(parent, e))?;
-    }
     let file = if path.exists() {
-        File::open_rw(path).map_err(|e| IoError::NotHdf5 {
+        // Refuse a file that is not HDF5 before copying it.
+        drop(File::open(path).map_err(|e| IoError::NotHdf5 {
             path: path.clone(),
             detail: one_line(&e.to_string()),
-        })?
+        })?);
+        std::fs::copy(path, tmp).map_err(|e| IoError::os(tmp, e))?;
+        File::open_rw(tmp).map_err(|e| hdf5_err(&tmp.display(), e))?
     } else {
-        File::create(path).map_err(|e| hdf5_err(&path.display(), e))?
+        File::create(tmp).map_err(|e| hdf5_err(&tmp.display(), e))?
     };
     let parts: Vec<&str> = spec.dataset.split('/').filter(|p| !p.is_empty()).collect();
     let (leaf, groups) = parts.split_last().ok_or_else(|| IoError::InvalidSpec {
@@ -434,8 +436,20 @@ fn prepare_write(spec: &VolumeSpec) -> Result<(File, hdf5::Group, String), IoErr
     Ok((file, group, (*leaf).to_string()))
 }
 
+/// Writes the dataset of `spec` without endangering the file's other datasets: the new contents
+/// are written into a copy of the file (or a new file) under a temporary name, which replaces the
+/// file only when complete ([`crate::atomic::replace_file`]). A failure (full disk, file-size
+/// limit, kill) leaves the old file as it was.
 fn write_typed<T: H5Type + Clone>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
-    let (file, group, leaf) = prepare_write(spec)?;
+    crate::atomic::replace_file(&spec.path, |tmp| write_typed_into(spec, tmp, v))
+}
+
+fn write_typed_into<T: H5Type + Clone>(
+    spec: &VolumeSpec,
+    tmp: &Path,
+    v: &Array3<T>,
+) -> Result<(), IoError> {
+    let (file, group, leaf) = prepare_write(spec, tmp)?;
     let sh = v.shape();
     let chunk = (
         sh[0].clamp(1, CHUNK_EDGE),
@@ -450,8 +464,10 @@ fn write_typed<T: H5Type + Clone>(spec: &VolumeSpec, v: &Array3<T>) -> Result<()
         .deflate(DEFLATE_LEVEL)
         .create(leaf.as_str())
         .map_err(|e| hdf5_err(spec, e))?;
+    drop(group);
+    // Closing writes the cached metadata: its failure (disk full) must not pass unnoticed.
     file.flush().map_err(|e| hdf5_err(spec, e))?;
-    Ok(())
+    file.close().map_err(|e| hdf5_err(spec, e))
 }
 
 /// Writes a 3D `uint8` image (z,y,x), chunked and deflate-compressed, replacing a dataset of that name.

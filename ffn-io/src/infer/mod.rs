@@ -36,9 +36,9 @@ mod settings;
 pub use report::{InferReport, counters_json, default_info_path, options_json};
 pub use settings::{InferOutputs, InferOverrides, ResolvedInfer, read_seed_list, resolve_infer};
 
+use crate::atomic::write_atomic;
 use crate::error::IoError;
 use crate::normalisation::{ChosenNormalisation, NormalisationChoice};
-use crate::tile_store::write_atomic;
 use crate::volume::{
     VolumeSpec, dataset_shape, read_image_f32_region, write_image_u8, write_labels,
 };

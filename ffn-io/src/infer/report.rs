@@ -8,7 +8,7 @@ use ffn_core::inference::{Counters, InferenceOptions, Segmentation};
 use serde_json::{Value, json};
 
 use super::{InferOutcome, ResolvedInfer};
-use crate::tile_store::write_atomic;
+use crate::atomic::write_atomic;
 use crate::volume::VolumeSpec;
 
 /// The report of a finished run.

@@ -169,7 +169,7 @@ impl Log {
             text.push_str(&self.line(r));
             text.push('\n');
         }
-        fs::write(&self.path, text).with_context(|| format!("writing {}", self.path.display()))
+        Ok(crate::atomic::write_atomic(&self.path, text.as_bytes())?)
     }
 
     /// Appends one row.
