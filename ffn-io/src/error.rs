@@ -145,6 +145,14 @@ pub enum IoError {
         /// The value.
         value: i64,
     },
+    /// A volume or region too large to read into memory (see [`crate::memory`]).
+    #[error("{spec}: {reason}")]
+    TooLarge {
+        /// The volume, `file.h5:dataset`.
+        spec: String,
+        /// What it declares and the limit.
+        reason: String,
+    },
     /// Any other error reported by the HDF5 library.
     #[error("{spec}: HDF5 error: {detail}")]
     Hdf5 {

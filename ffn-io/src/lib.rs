@@ -23,6 +23,7 @@ pub mod import;
 pub mod infer;
 pub mod labels;
 pub mod learning;
+pub mod memory;
 pub mod model;
 pub mod normalisation;
 pub mod picture;

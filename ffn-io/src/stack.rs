@@ -94,6 +94,9 @@ pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
     Ok(found.into_iter().map(|(_, p)| p).collect())
 }
 
+/// Largest expansion of deflate-compressed data (deflate's limit is about 1032:1), with headroom.
+const DEFLATE_MAX_RATIO: u64 = 1100;
+
 /// Decodes one 8-bit (or lower bit depth) grayscale PNG: `(width, height, row-major pixels)`.
 pub fn read_png_slice(path: &Path) -> Result<(u32, u32, Vec<u8>), IoError> {
     let bad = |reason: String| IoError::Image {
@@ -101,6 +104,7 @@ pub fn read_png_slice(path: &Path) -> Result<(u32, u32, Vec<u8>), IoError> {
         reason,
     };
     let file = fs::File::open(path).map_err(|e| IoError::os(path, e))?;
+    let file_len = file.metadata().map_err(|e| IoError::os(path, e))?.len();
     let mut decoder = png::Decoder::new(BufReader::new(file));
     decoder.set_transformations(png::Transformations::EXPAND);
     let mut reader = decoder
@@ -109,6 +113,16 @@ pub fn read_png_slice(path: &Path) -> Result<(u32, u32, Vec<u8>), IoError> {
     let size = reader
         .output_buffer_size()
         .ok_or_else(|| bad("image too large".into()))?;
+    // Deflate expands at most about 1032:1: a header declaring more pixels than the compressed
+    // data can hold is refused before the buffer is allocated.
+    let holdable = file_len.saturating_mul(DEFLATE_MAX_RATIO);
+    if size as u64 > holdable {
+        let (w, h) = (reader.info().width, reader.info().height);
+        return Err(bad(format!(
+            "declares {w} x {h} pixels ({size} bytes), more than its {file_len} bytes can hold"
+        )));
+    }
+    crate::memory::check_allocation("the slice", Some(size as u64)).map_err(bad)?;
     let mut buf = vec![0u8; size];
     let info = reader
         .next_frame(&mut buf)
@@ -136,6 +150,12 @@ pub fn read_stack(paths: &[PathBuf]) -> Result<Array3<u8>, IoError> {
     })?;
     let (w, h, pixels) = read_png_slice(first)?;
     let (wu, hu) = (w as usize, h as usize);
+    let bytes = crate::memory::bytes_of(&[paths.len(), hu, wu], 1);
+    crate::memory::check_allocation(&format!("the stack of {} slices", paths.len()), bytes)
+        .map_err(|reason| IoError::Stack {
+            source_desc: first.display().to_string(),
+            reason,
+        })?;
     let mut data = Vec::with_capacity(paths.len() * wu * hu);
     data.extend_from_slice(&pixels);
     for path in &paths[1..] {
@@ -293,5 +313,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing: file not found"), "{e}");
+    }
+
+    /// A PNG chunk: length, type, data, CRC-32 of type and data.
+    fn chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+        let mut crc = flate2::Crc::new();
+        crc.update(kind);
+        crc.update(data);
+        let mut out = (data.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(kind);
+        out.extend_from_slice(data);
+        out.extend_from_slice(&crc.sum().to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn a_header_declaring_more_pixels_than_the_file_holds_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.png");
+        let mut ihdr = 100_000u32.to_be_bytes().to_vec();
+        ihdr.extend_from_slice(&100_000u32.to_be_bytes());
+        ihdr.extend_from_slice(&[8, 0, 0, 0, 0]); // 8-bit grayscale, no interlace
+        let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+        bytes.extend(chunk(b"IHDR", &ihdr));
+        bytes.extend(chunk(
+            b"IDAT",
+            &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+        ));
+        bytes.extend(chunk(b"IEND", &[]));
+        fs::write(&path, &bytes).unwrap();
+        let e = read_png_slice(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("huge.png") && e.contains("declares 100000 x 100000 pixels"),
+            "{e}"
+        );
     }
 }

@@ -235,6 +235,14 @@ fn read_typed<T: H5Type + Clone + Default>(
     region: Region,
 ) -> Result<Array3<T>, IoError> {
     let full = check_rank3(spec, &ds.shape())?;
+    let dims = region.map_or(full, |(_, n)| n);
+    let bytes = crate::memory::bytes_of(&dims, std::mem::size_of::<T>());
+    crate::memory::check_allocation(&format!("reading {dims:?} (z,y,x) voxels"), bytes).map_err(
+        |reason| IoError::TooLarge {
+            spec: spec.to_string(),
+            reason,
+        },
+    )?;
     let result = match region {
         None => ds.read::<T, ndarray::Ix3>(),
         Some((o, n)) => {
@@ -660,5 +668,26 @@ mod tests {
             e.contains("non-finite value NaN at (z,y,x) = [1, 1, 0]"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_tiny_file_declaring_a_huge_volume_is_refused_before_allocating() {
+        let (_d, spec) = tmp("huge");
+        let file = File::create(&spec.path).unwrap();
+        let side = 1usize << 20;
+        file.new_dataset::<u64>()
+            .chunk((64, 64, 64))
+            .shape((side, side, side))
+            .create("huge")
+            .unwrap();
+        drop(file);
+        assert!(std::fs::metadata(&spec.path).unwrap().len() < 100_000);
+        let e = read_labels(&spec).unwrap_err().to_string();
+        assert!(
+            e.contains("v.h5:huge") && e.contains("physical memory"),
+            "{e}"
+        );
+        let e = read_labels_region(&spec, [0, 0, 0], [side, side, 1]).unwrap_err();
+        assert!(e.to_string().contains("physical memory"), "{e}");
     }
 }
