@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::process::Command;
 use std::path::Path;
 use support::dist::*;
 use support::*;
@@ -150,4 +151,64 @@ fn resume_on_another_number_of_ranks_continues_from_the_same_weights() {
         checkpoint(&o, 8).training_config["distributed"]["world_size"],
         2
     );
+}
+
+/// Preemption under `ffn launch`: SIGTERM to the launcher reaches every rank, the job stops at one
+/// step with a checkpoint and exit status 75, and `--resume` ends bitwise where an uninterrupted
+/// run ends.
+#[test]
+fn sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint_and_resume_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = common(dir.path());
+    let (a, sa) = out_dir(dir.path(), "a");
+    let (b, sb) = out_dir(dir.path(), "b");
+    let shm = ["--comm", "shm"];
+    let args = with(
+        &base,
+        &[&["--out", &sa, "--max-steps", "100000000"], &shm[..]].concat(),
+    );
+    let child = spawn(launch(2, &args));
+    let log = a.join("train_log.csv");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(t0.elapsed() < LIMIT, "no metrics row within {LIMIT:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let stopped = finish(child, LIMIT, "the launched job");
+    assert_eq!(stopped.code, 75, "stderr:\n{}", stopped.stderr);
+    assert!(
+        stopped
+            .stderr
+            .contains("SIGTERM: asking the 2 running rank(s) to stop")
+            && stopped.stderr.contains("stopped by SIGTERM at step"),
+        "{}",
+        stopped.stderr
+    );
+    let newest = ffn_io::checkpoint::latest_checkpoint(&a.join("checkpoints"))
+        .unwrap()
+        .expect("a checkpoint at the stop");
+    let step = ffn_io::checkpoint::load_checkpoint(&newest).unwrap().step;
+    assert!(step >= 2, "stopped at step {step}");
+    let target = (step + 3).to_string();
+    let resumed = with(
+        &base,
+        &[
+            &["--out", &sa, "--max-steps", &target, "--resume"],
+            &shm[..],
+        ]
+        .concat(),
+    );
+    ok(&run(launch(2, &resumed), LIMIT), "resume after SIGTERM");
+    let straight = with(
+        &base,
+        &[&["--out", &sb, "--max-steps", &target], &shm[..]].concat(),
+    );
+    ok(&run(launch(2, &straight), LIMIT), "uninterrupted run");
+    let (ca, cb) = (checkpoint(&a, step + 3), checkpoint(&b, step + 3));
+    assert_bitwise(&ca.params, &cb.params, "weights after the stop and resume");
 }

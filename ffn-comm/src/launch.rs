@@ -7,7 +7,13 @@
 //! (a random job token). The launcher waits for all ranks; when one fails it stops the others and
 //! exits with the failed rank's status, so a crashed rank never leaves the job hanging. With
 //! a timeout the whole job is stopped after that long (exit status 124).
+//!
+//! SIGTERM or SIGUSR1 sent to the launcher (a scheduler's preemption warning) is forwarded once
+//! to every rank; ranks that stop cleanly exit with [`STOPPED_EXIT_CODE`], which the launcher
+//! does not treat as a failure: it waits for the other ranks (which stop at the same step) and
+//! exits with that status too.
 
+use crate::stop::{self, STOPPED_EXIT_CODE};
 use anyhow::{Context, Result, bail};
 use std::io::Read;
 use std::path::PathBuf;
@@ -59,6 +65,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32> {
         bail!("ffn launch: -n {}: expected 1..=4096 ranks", opts.nproc);
     }
     let exe = &opts.program;
+    stop::install_stop_signals()
+        .context("ffn launch: installing the SIGTERM / SIGUSR1 handlers")?;
     let env = job_env(opts.nproc)?;
     let cpus = allowed_cpus();
     let bind = match opts.bind {
@@ -149,7 +157,17 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
 fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Result<i32> {
     let start = Instant::now();
     let mut remaining = children.len();
+    let mut forwarded = false;
+    let mut stopped = false;
     while remaining > 0 {
+        if !forwarded && let Some(signal) = stop::stop_requested() {
+            forwarded = true;
+            eprintln!(
+                "ffn launch: {}: asking the {remaining} running rank(s) to stop with a checkpoint",
+                stop::signal_name(signal)
+            );
+            signal_all(children, signal);
+        }
         let mut failed: Option<(usize, ExitStatus)> = None;
         for (rank, slot) in children.iter_mut().enumerate() {
             let Some(child) = slot else { continue };
@@ -157,7 +175,9 @@ fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Resul
                 Ok(Some(status)) => {
                     *slot = None;
                     remaining -= 1;
-                    if !status.success() && failed.is_none() {
+                    if status.code() == Some(STOPPED_EXIT_CODE) {
+                        stopped = true;
+                    } else if !status.success() && failed.is_none() {
                         failed = Some((rank, status));
                     }
                 }
@@ -190,7 +210,17 @@ fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Resul
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    Ok(0)
+    Ok(if stopped { STOPPED_EXIT_CODE } else { 0 })
+}
+
+/// Sends `signal` to every running rank.
+fn signal_all(children: &[Option<Child>], signal: i32) {
+    for child in children.iter().flatten() {
+        if let Ok(pid) = i32::try_from(child.id()) {
+            // SAFETY: signalling our own child, whose pid cannot be reused before we reap it.
+            unsafe { libc_kill(pid, signal) };
+        }
+    }
 }
 
 /// The shell-style exit code of a finished rank (128 + signal when it was killed).
@@ -205,12 +235,7 @@ fn exit_code(status: ExitStatus) -> i32 {
 
 /// Asks every running rank to stop (SIGTERM), waits up to 2 s, then kills what is left.
 fn stop_all(children: &mut [Option<Child>]) {
-    for child in children.iter_mut().flatten() {
-        if let Ok(pid) = i32::try_from(child.id()) {
-            // SAFETY: signalling our own child, whose pid cannot be reused before we reap it.
-            unsafe { libc_kill(pid, 15) };
-        }
-    }
+    signal_all(children, libc::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(2);
     for slot in children.iter_mut() {
         if let Some(child) = slot {

@@ -53,6 +53,7 @@ pub mod reduce;
 pub mod select;
 pub mod shm;
 mod stall;
+pub mod stop;
 pub mod threads;
 #[cfg(feature = "zmq")]
 pub mod zmq_backend;
