@@ -4,8 +4,8 @@
 
 mod support;
 
-use std::process::Command;
 use std::path::Path;
+use std::process::Command;
 use support::dist::*;
 use support::*;
 

@@ -347,3 +347,74 @@ fn a_box_of_the_volume_is_segmented_in_tiles_like_untiled() {
         assert!(!err.status.success() && msg.contains(what), "{msg}");
     }
 }
+
+/// SIGTERM (a scheduler's preemption warning) mid-run: the current tile is finished and saved,
+/// the run stops with status 75 saying how far it got, no claim or temporary file stays behind
+/// for the rerun, and the rerun computes only the rest and gives the right segmentation.
+#[test]
+fn sigterm_finishes_the_current_tile_and_the_rerun_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, truth) = write_boxes(dir.path(), [40, 40, 40], 14);
+    let out = format!("{}:seg", s(&dir.path().join("out.h5")));
+    let store = dir.path().join("tiles");
+    let store_s = s(&store);
+    let mut args = vec![
+        "infer-tiled",
+        "--image",
+        &img,
+        "--out",
+        &out,
+        "--tile-size",
+        "12",
+        "--tile-store",
+        &store_s,
+    ];
+    args.extend(ORACLE);
+    let total = 343;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ffn"));
+    cmd.args(&args);
+    let child = spawn(&mut cmd);
+    let files = |suffix: &str| -> usize {
+        std::fs::read_dir(&store)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().contains(suffix))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while files(".bin") < 5 && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(75), "stderr:\n{stderr}");
+    let done = files(".bin");
+    assert!(
+        done >= 5 && done < total,
+        "{done} tiles finished before the stop"
+    );
+    assert!(
+        stderr.contains("stopped by SIGTERM after its current tile")
+            && stdout.contains(&format!(
+                "stopped with {done}/{total} tiles finished (SIGTERM)"
+            )),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert_eq!(files(".tmp-"), 0, "no temporary tile files");
+    let claims = store.join("claims");
+    let leftover = std::fs::read_dir(&claims).map_or(0, |d| d.count());
+    assert_eq!(leftover, 0, "the stopped run's claims are cleared");
+    let stdout = ok(&args);
+    assert_eq!(computed(&stdout), vec![total - done], "{stdout}");
+    assert_eq!(arand(&truth, &read_seg(&out)), 0.0);
+}

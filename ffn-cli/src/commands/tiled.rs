@@ -7,7 +7,7 @@
 //! and rank 0 merges them (`finish`) after the final barrier. This module parses and prints.
 
 use anyhow::{Context, Result, bail};
-use ffn_comm::Backend;
+use ffn_comm::{Backend, stop};
 use ffn_core::segmentation::MergeRule;
 use ffn_io::VolumeSpec;
 use ffn_io::tiled::{TiledSettings, Worker, connect_ranks, finish, run_tiles};
@@ -146,6 +146,9 @@ pub fn run(args: Args) -> Result<()> {
         },
     }
     .resolve()?;
+    // SIGTERM / SIGUSR1 (a scheduler's preemption warning): finish the current tile, then stop.
+    stop::install_stop_signals().context("installing the SIGTERM / SIGUSR1 handlers")?;
+    setup.options.stop_on_signal = true;
     let (opts, plan, norm) = (&setup.options, &setup.plan, &setup.normalisation);
     let (overlap, n) = (opts.tile_overlap, plan.len());
 
@@ -206,17 +209,35 @@ pub fn run(args: Args) -> Result<()> {
         "infer-tiled: rank {rank} computed {} tiles, skipped {} finished ones",
         done.computed, done.reused
     );
+    if let Some(signal) = done.stopped_by {
+        eprintln!(
+            "infer-tiled: rank {rank}: stopped by {} after its current tile",
+            stop::signal_name(signal)
+        );
+    }
     comm.barrier()
         .context("waiting for the other ranks to finish their tiles")?;
+    let stopped = done.stopped_by.or_else(stop::stop_requested);
+    let exit_if_stopped = || {
+        if stopped.is_some() {
+            std::process::exit(stop::STOPPED_EXIT_CODE);
+        }
+    };
     if rank != 0 {
+        exit_if_stopped();
         return Ok(());
     }
     let t0 = Instant::now();
     let Some(summary) = finish(&setup.options, &setup.plan, &store, &run_id, &out)? else {
+        let why = match stopped {
+            Some(signal) => stop::signal_name(signal),
+            None => "--max-tiles".into(),
+        };
         println!(
-            "infer-tiled: stopped with {}/{n} tiles finished (--max-tiles); run the same command again to resume",
+            "infer-tiled: stopped with {}/{n} tiles finished ({why}); run the same command again to resume",
             store.count_done(n)
         );
+        exit_if_stopped();
         return Ok(());
     };
     println!(

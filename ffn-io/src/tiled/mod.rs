@@ -66,6 +66,10 @@ pub struct TiledOptions {
     pub store: PathBuf,
     /// Stop after this worker computed this many tiles (the rest are left for a rerun).
     pub max_tiles: Option<usize>,
+    /// Also stop, after the tile being computed is saved, when a stop was requested
+    /// ([`crate::training::stop::stop_requested`]: SIGTERM / SIGUSR1 once the handlers are
+    /// installed). The rest is left for a rerun, as with `max_tiles`.
+    pub stop_on_signal: bool,
     /// `(mean, stddev)` of the `(x - mean) / stddev` normalisation; `None` feeds the raw values
     /// (for [`ffn_core::inference::LabelOracle`]).
     pub normalisation: Option<(f32, f32)>,
@@ -90,6 +94,7 @@ impl TiledOptions {
             tile_overlap: fov,
             store,
             max_tiles: None,
+            stop_on_signal: false,
             normalisation: None,
             segment: SegmentOptions::default(),
             merge: MergeRule::default(),
@@ -163,6 +168,9 @@ pub struct TilesRun {
     pub computed: usize,
     /// Tiles that were already finished in the store.
     pub reused: usize,
+    /// The signal that stopped the worker before the plan was done
+    /// ([`TiledOptions::stop_on_signal`]).
+    pub stopped_by: Option<i32>,
 }
 
 /// Segments one tile of `opts` with `predictor` (reading only the tile's box of the image);
@@ -219,7 +227,9 @@ pub fn segment_tile<P: Predictor + ?Sized>(
 }
 
 /// Segments the unfinished tiles of `plan` that this worker claims, saving each to `store`
-/// atomically, until all are finished or claimed or `opts.max_tiles` were computed.
+/// atomically, until all are finished or claimed, `opts.max_tiles` were computed, or (with
+/// `opts.stop_on_signal`) a stop was requested: the tile being computed is finished and saved
+/// first, so a stop loses no work and leaves no half-written tile.
 /// `on_tile(record, finished)` is called after each saved tile with the number of finished tiles.
 pub fn run_tiles<P: Predictor + ?Sized>(
     opts: &TiledOptions,
@@ -233,6 +243,12 @@ pub fn run_tiles<P: Predictor + ?Sized>(
     let limit = opts.max_tiles.unwrap_or(usize::MAX);
     for tile in plan.tiles() {
         if run.computed >= limit {
+            break;
+        }
+        if opts.stop_on_signal
+            && let Some(signal) = crate::training::stop::stop_requested()
+        {
+            run.stopped_by = Some(signal);
             break;
         }
         if store.is_done(tile.index) {

@@ -172,6 +172,7 @@ impl TiledSettings {
                 .clone()
                 .unwrap_or_else(|| default_store_dir(&self.out)),
             max_tiles: self.max_tiles,
+            stop_on_signal: false,
             normalisation: (!self.oracle).then_some((norm.mean, norm.stddev)),
             segment: SegmentOptions {
                 deltas,
