@@ -201,3 +201,59 @@ fn killed_or_stalled_ranks_never_hang_lose_checkpoints_or_diverge() {
         "{c:?}"
     );
 }
+
+/// `ffn launch --max-restarts 2`: a rank killed mid-run makes the launcher restart all ranks,
+/// which resume from the newest checkpoint and end with the weights of an uninterrupted run.
+#[test]
+fn a_killed_rank_under_max_restarts_ends_in_the_uninterrupted_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = with(&prepare(dir.path()), &["--batch-size", "2"]);
+    let (r, sr) = out_dir(dir.path(), "reference");
+    ok(
+        &run(launch(2, &args_for(&base, &sr, &[])), LIMIT),
+        "uninterrupted run",
+    );
+    let (out, so) = out_dir(dir.path(), "restarted");
+    let mut cmd = Command::new(FFN);
+    cmd.args([
+        "launch",
+        "-n",
+        "2",
+        "--timeout",
+        "200",
+        "--max-restarts",
+        "2",
+        "--",
+    ])
+    .args(args_for(&base, &so, &["--checkpoint-every", "2"]))
+    .env("RAYON_NUM_THREADS", "1");
+    let mut job = spawn(cmd);
+    let ckpts = out.join("checkpoints");
+    let t0 = Instant::now();
+    while newest_step(&ckpts).is_none_or(|s| s < 6) {
+        assert!(t0.elapsed() < LIMIT, "no checkpoint at step 6");
+        assert!(
+            job.try_wait().unwrap().is_none(),
+            "the job ended before the fault"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ranks = ranks_of(&job);
+    assert_eq!(ranks.len(), 2, "{ranks:?}");
+    signal(ranks[1], "KILL");
+    let f = finish(job, LIMIT, "the restarted job");
+    assert_eq!(f.code, 0, "stderr:\n{}", f.stderr);
+    assert!(
+        f.stderr
+            .contains("ffn launch: restart 1/2 of all 2 ranks after rank ")
+            && f.stderr.contains("--resume"),
+        "{}",
+        f.stderr
+    );
+    assert!(!f.stderr.contains("restart 2/2"), "{}", f.stderr);
+    assert_bitwise(
+        &checkpoint(&out, STEPS).params,
+        &checkpoint(&r, STEPS).params,
+        "weights after the restart",
+    );
+}

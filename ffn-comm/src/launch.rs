@@ -43,6 +43,12 @@ pub struct LaunchOptions {
     /// Pinning; `None`: one CPU per rank when there are at most as many ranks as CPUs (like
     /// mpirun), else unpinned.
     pub bind: Option<Bind>,
+    /// After a failed rank, start all ranks again (a fresh job: new port, segment and token) up to
+    /// this many times. Not after a clean stop on a signal ([`STOPPED_EXIT_CODE`]) or the timeout.
+    pub max_restarts: usize,
+    /// Arguments added to `args` on a restart where not already there (`--resume` for
+    /// `ffn train`, so that the ranks continue from the newest valid checkpoint).
+    pub restart_args: Vec<String>,
 }
 
 impl LaunchOptions {
@@ -54,19 +60,59 @@ impl LaunchOptions {
             nproc,
             timeout: None,
             bind: None,
+            max_restarts: 0,
+            restart_args: Vec::new(),
         }
     }
 }
 
-/// Starts the ranks and waits for them; returns the job's exit status (0 when all succeeded;
-/// the first failing rank's status, after stopping the others; 124 on the timeout).
+/// How one start of the ranks ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct JobEnd {
+    /// The job's exit status.
+    code: i32,
+    /// Why it failed (a rank's status), `None` when it did not fail.
+    failure: Option<String>,
+}
+
+/// Starts the ranks and waits for them, restarting them after a failure up to
+/// `opts.max_restarts` times (each restart logged with its cause); returns the job's exit status
+/// (0 when all succeeded; the first failing rank's status, after stopping the others; 124 on the
+/// timeout; [`STOPPED_EXIT_CODE`] after a stop on a signal).
 pub fn launch(opts: &LaunchOptions) -> Result<i32> {
     if opts.nproc == 0 || opts.nproc > 4096 {
         bail!("ffn launch: -n {}: expected 1..=4096 ranks", opts.nproc);
     }
-    let exe = &opts.program;
     stop::install_stop_signals()
         .context("ffn launch: installing the SIGTERM / SIGUSR1 handlers")?;
+    let mut args = opts.args.clone();
+    let mut end = start_ranks(opts, &args)?;
+    for restart in 1..=opts.max_restarts {
+        let Some(cause) = end.failure.take() else {
+            break;
+        };
+        if stop::stop_requested().is_some() {
+            break;
+        }
+        for extra in &opts.restart_args {
+            if !args.contains(extra) {
+                args.push(extra.clone());
+            }
+        }
+        eprintln!(
+            "ffn launch: restart {restart}/{} of all {} ranks after {cause}: {}",
+            opts.max_restarts,
+            opts.nproc,
+            args.join(" ")
+        );
+        end = start_ranks(opts, &args)?;
+    }
+    Ok(end.code)
+}
+
+/// One start of the job: `opts.nproc` ranks of `opts.program args`.
+fn start_ranks(opts: &LaunchOptions, args: &[String]) -> Result<JobEnd> {
+    let exe = &opts.program;
     let env = job_env(opts.nproc)?;
     let cpus = allowed_cpus();
     let bind = match opts.bind {
@@ -76,7 +122,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32> {
     let mut children: Vec<Option<Child>> = Vec::with_capacity(opts.nproc);
     for rank in 0..opts.nproc {
         let mut cmd = Command::new(exe);
-        cmd.args(&opts.args)
+        cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         cmd.env("RANK", rank.to_string())
             .env("LOCAL_RANK", rank.to_string());
@@ -154,7 +200,7 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
 }
 
 /// Waits for every rank; on the first failure (or the timeout) stops the rest.
-fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Result<i32> {
+fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Result<JobEnd> {
     let start = Instant::now();
     let mut remaining = children.len();
     let mut forwarded = false;
@@ -194,7 +240,10 @@ fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Resul
                 "ffn launch: rank {rank} failed ({status}); stopping the {running} other running rank(s)"
             );
             stop_all(children);
-            return Ok(exit_code(status));
+            return Ok(JobEnd {
+                code: exit_code(status),
+                failure: Some(format!("rank {rank} failed ({status})")),
+            });
         }
         if let Some(t) = timeout
             && start.elapsed() >= t
@@ -204,13 +253,19 @@ fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Resul
                 t.as_secs_f64()
             );
             stop_all(children);
-            return Ok(124);
+            return Ok(JobEnd {
+                code: 124,
+                failure: None,
+            });
         }
         if remaining > 0 {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    Ok(if stopped { STOPPED_EXIT_CODE } else { 0 })
+    Ok(JobEnd {
+        code: if stopped { STOPPED_EXIT_CODE } else { 0 },
+        failure: None,
+    })
 }
 
 /// Sends `signal` to every running rank.

@@ -20,6 +20,11 @@ pub struct Args {
     /// as many ranks as CPUs, like mpirun), or let the OS place the ranks (`none`).
     #[arg(long, value_enum)]
     pub bind: Option<BindArg>,
+    /// After a rank fails, start all ranks again up to N times; `ffn train` ranks then get
+    /// `--resume` and continue from the newest valid checkpoint. Each restart is logged with its
+    /// cause. No restart after a stop on SIGTERM / SIGUSR1 or the --timeout.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_restarts: usize,
     /// The `ffn` subcommand and its arguments that every rank runs (after `--`).
     #[arg(required = true, allow_hyphen_values = true, value_name = "FFN_ARGS")]
     pub command: Vec<String>,
@@ -44,8 +49,14 @@ pub fn run(args: Args) -> Result<()> {
     };
     let exe =
         std::env::current_exe().context("ffn launch: finding the path of the ffn executable")?;
+    let restart_args = match args.command.first().map(String::as_str) {
+        Some("train") => vec!["--resume".to_string()],
+        _ => Vec::new(),
+    };
     let code = launch(&LaunchOptions {
         timeout,
+        max_restarts: args.max_restarts,
+        restart_args,
         bind: args.bind.map(|b| match b {
             BindArg::Core => Bind::Core,
             BindArg::None => Bind::None,
