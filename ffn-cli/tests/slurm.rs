@@ -2,8 +2,9 @@
 //! sets `FFN_REQUIRE_SLURM=1`, which makes a missing SLURM a failure, not a skip):
 //! - `srun -n 2 ffn train` with the shm and zmq backends finds its ranks from SLURM's variables and
 //!   trains bitwise like two local ranks; `srun -n 2 ffn infer-tiled` shares the tiles;
-//! - preemption: `scancel --signal=USR1 --full` makes the ranks checkpoint and exit 75, the batch
-//!   script requeues the job, and the requeued job resumes and ends with the weights of an
+//! - preemption: `scancel --signal=USR1 --batch` (what `--signal=B:USR1@T` does) reaches the batch
+//!   script, which passes it on to the ranks (as the README's script does); they checkpoint and
+//!   exit 75, the script requeues the job, and the requeued job resumes and ends with the weights of an
 //!   uninterrupted run.
 
 mod support;
@@ -178,10 +179,11 @@ fn a_preempted_batch_job_checkpoints_requeues_and_ends_in_the_uninterrupted_weig
             "#!/bin/bash\n\
              #SBATCH --ntasks=2\n#SBATCH --requeue\n#SBATCH --open-mode=append\n\
              #SBATCH --output={log}\n\
-             trap 'echo \"batch script: SIGUSR1\"' USR1\n\
+             trap 'echo \"batch script: SIGUSR1\"; scancel --signal=USR1 $SLURM_JOB_ID' USR1\n\
              export RAYON_NUM_THREADS=1\n\
-             srun '{FFN}' {args}\n\
-             rc=$?\n\
+             srun '{FFN}' {args} &\n\
+             wait $!; rc=$?\n\
+             [ $rc -eq 138 ] && {{ wait $!; rc=$?; }}\n\
              echo \"step ended with $rc (restart ${{SLURM_RESTART_COUNT:-0}})\"\n\
              if [ $rc -eq 75 ]; then scontrol requeue $SLURM_JOB_ID; exit 0; fi\n\
              exit $rc\n",
@@ -207,7 +209,7 @@ fn a_preempted_batch_job_checkpoints_requeues_and_ends_in_the_uninterrupted_weig
         std::fs::read_to_string(&train_log).map_or(0, |t| t.lines().count()) >= 3
     });
     let sent = Command::new("scancel")
-        .args(["--signal=USR1", "--full", &job])
+        .args(["--signal=USR1", "--batch", &job])
         .status()
         .unwrap();
     assert!(sent.success());
