@@ -112,6 +112,7 @@ fn rank_cmd(rank: usize, n: usize, port: u16, shm: &str, args: &[String]) -> Com
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
         .env("FFN_SHM_NAME", shm)
+        .env("FFN_COMM_TOKEN", "dist-options-test-secret")
         .env("RAYON_NUM_THREADS", "1");
     c
 }

@@ -80,7 +80,8 @@ fn srun_trains_on_shm_and_zmq_like_local_ranks() {
         let (o, so) = out_dir(dir.path(), backend);
         let args = train_args(&base, &so, 10, &["--comm", backend]);
         let mut cmd = srun(2, &args);
-        cmd.env("MASTER_PORT", free_port().to_string());
+        cmd.env("MASTER_PORT", free_port().to_string())
+            .env("FFN_COMM_TOKEN", "a-secret-of-the-slurm-test-job");
         let f = run(cmd, LIMIT);
         ok(&f, &format!("srun -n 2 ffn train --comm {backend}"));
         let ck = checkpoint(&o, 10);

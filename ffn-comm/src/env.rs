@@ -5,14 +5,22 @@
 //! | `RANK`, `WORLD_SIZE` | rank and number of ranks (torchrun, `ffn launch`) | |
 //! | `SLURM_PROCID`, `SLURM_NTASKS` | the same under `srun` | |
 //! | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE` | the same under Open MPI's `mpirun` | |
-//! | `MASTER_ADDR`, `MASTER_PORT` | rank 0's rendezvous address (zmq) | `127.0.0.1`, `29500` |
-//! | `FFN_COMM_BIND` | address the zmq data sockets bind to and announce | `127.0.0.1` |
-//! | `FFN_COMM_TOKEN` | job token every zmq peer must present | empty |
-//! | `FFN_SHM_NAME` | name of the shm segment in `/dev/shm` | from `SLURM_JOB_ID` or `MASTER_PORT` |
+//! | `MASTER_ADDR`, `MASTER_PORT` | rank 0's rendezvous address (zmq; never a wildcard) | `127.0.0.1`, `29500` |
+//! | `FFN_COMM_MASTER_BIND` | address rank 0 binds the rendezvous to, a wildcard allowed (zmq) | `MASTER_ADDR` |
+//! | `FFN_COMM_BIND` | address the zmq data sockets bind to and announce (never a wildcard) | `127.0.0.1` |
+//! | `FFN_COMM_TOKEN` | the job secret, at least 16 characters, required for zmq with 2+ ranks | unset (`ffn launch` sets one) |
+//! | `FFN_SHM_NAME` | name of the shm segment in `/dev/shm` | keyed hash of the job (see below) |
 //! | `FFN_COMM_TIMEOUT` | seconds before a dead or stalled peer is an error | `60` |
 //! | `FFN_COMM_STALL_WARNING` | seconds before a waiting collective warns on stderr (0: never) | `20` |
 //! | `FFN_SHM_SLOT_BYTES` | bytes per rank and round of the shm allreduce (same on all ranks) | `1M` worth |
 //! | `FFN_SHM_SPIN_US` | microseconds an shm waiter spins before yielding | 1000, or 20 when oversubscribed |
+//!
+//! Without `FFN_SHM_NAME` the shm segment is named `ffn-comm-` and 32 hex digits of
+//! HMAC-SHA256(`FFN_COMM_TOKEN`, the job's SLURM ids and `MASTER_PORT`): every rank finds the same
+//! name, nobody without the secret can guess it, and it reveals nothing of the secret. Without a
+//! token either, the name falls back to one derived from `SLURM_JOB_ID` or `MASTER_PORT`
+//! (guessable: another user can then only make the job fail with an error naming them, never
+//! read or write its segment, see [`crate::shm`]).
 //!
 //! Everything is read through a lookup function, so tests (and embedders) need not touch the
 //! process environment.
@@ -96,9 +104,12 @@ pub struct CommOptions {
     pub master_addr: String,
     /// Rank 0's rendezvous port (zmq).
     pub master_port: u16,
+    /// Where rank 0 binds the rendezvous (zmq); `None`: `master_addr` (never a wildcard). A
+    /// wildcard here (`0.0.0.0`, `::`) is the user's explicit choice.
+    pub master_bind: Option<String>,
     /// Address the data sockets bind to and announce (zmq).
     pub bind_addr: String,
-    /// Token every peer must present at the rendezvous (zmq).
+    /// The job secret every peer must prove on every connection (zmq; see [`crate::secret`]).
     pub job_token: String,
     /// Name of the shared-memory segment in `/dev/shm` (shm); `None` when nothing names the job.
     pub shm_name: Option<String>,
@@ -116,6 +127,7 @@ impl Default for CommOptions {
             stall_warning: Duration::from_secs(20),
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
+            master_bind: None,
             bind_addr: "127.0.0.1".into(),
             job_token: String::new(),
             shm_name: None,
@@ -134,6 +146,9 @@ impl CommOptions {
     /// Reads the options through `get`; unset variables keep their defaults.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, CommError> {
         let mut o = CommOptions::default();
+        if let Some(v) = get("FFN_COMM_TOKEN") {
+            o.job_token = v;
+        }
         if let Some(v) = get("FFN_COMM_TIMEOUT") {
             o.timeout = parse_seconds("FFN_COMM_TIMEOUT", &v, false)?;
         }
@@ -148,7 +163,21 @@ impl CommOptions {
                     found: v,
                 });
             }
+            if is_wildcard(&v) {
+                return Err(wildcard_master_addr(&v));
+            }
             o.master_addr = v.trim().to_string();
+        }
+        if let Some(v) = get("FFN_COMM_MASTER_BIND") {
+            if v.trim().is_empty() || v.contains(['/', ' ']) {
+                return Err(CommError::Env {
+                    var: "FFN_COMM_MASTER_BIND".into(),
+                    expected: "an IP address of this host, or 0.0.0.0 / :: for all interfaces"
+                        .into(),
+                    found: v,
+                });
+            }
+            o.master_bind = Some(v.trim().to_string());
         }
         if let Some(v) = get("MASTER_PORT") {
             o.master_port = v
@@ -163,13 +192,8 @@ impl CommOptions {
                 })?;
         }
         if let Some(v) = get("FFN_COMM_BIND") {
-            if v.trim().is_empty() || v.contains(['*', '/', ' ']) || v.trim() == "0.0.0.0" {
-                return Err(CommError::Env {
-                    var: "FFN_COMM_BIND".into(),
-                    expected: "one IP address of this host that peers can reach (not a wildcard)"
-                        .into(),
-                    found: v,
-                });
+            if v.trim().is_empty() || v.contains(['/', ' ']) || is_wildcard(&v) {
+                return Err(wildcard_bind(&v));
             }
             o.bind_addr = v.trim().to_string();
         }
@@ -189,9 +213,6 @@ impl CommOptions {
             let us = parse_seconds("FFN_SHM_SPIN_US", &v, true)?;
             o.shm_spin = Some(us / 1_000_000);
         }
-        if let Some(v) = get("FFN_COMM_TOKEN") {
-            o.job_token = v;
-        }
         o.shm_name = match get("FFN_SHM_NAME") {
             Some(v) => {
                 let ok = !v.is_empty()
@@ -209,24 +230,75 @@ impl CommOptions {
                 }
                 Some(v)
             }
-            None => match (
-                get("SLURM_JOB_ID"),
-                get("SLURM_STEP_ID"),
-                get("MASTER_PORT"),
-            ) {
-                (Some(job), step, _) if job.chars().all(|c| c.is_ascii_alphanumeric()) => {
-                    let step: String = step
-                        .unwrap_or_default()
-                        .chars()
-                        .filter(|c| c.is_ascii_alphanumeric())
-                        .collect();
-                    Some(format!("ffn-comm-slurm-{job}.{step}"))
-                }
-                (_, _, Some(_)) => Some(format!("ffn-comm-port-{}", o.master_port)),
-                _ => None,
-            },
+            None => default_shm_name(&get, &o.job_token, o.master_port),
         };
         Ok(o)
+    }
+}
+
+/// The shm segment name when `FFN_SHM_NAME` is unset (see the module docs).
+fn default_shm_name(
+    get: &impl Fn(&str) -> Option<String>,
+    token: &str,
+    master_port: u16,
+) -> Option<String> {
+    let clean = |v: Option<String>| -> Option<String> {
+        v.map(|s| s.chars().filter(|c| c.is_ascii_alphanumeric()).collect())
+    };
+    let (job, step, port) = (
+        clean(get("SLURM_JOB_ID")),
+        clean(get("SLURM_STEP_ID")),
+        get("MASTER_PORT").map(|_| master_port),
+    );
+    if job.is_none() && port.is_none() {
+        return None;
+    }
+    if !token.is_empty() {
+        let id = format!(
+            "shm-name\0{}\0{}\0{}",
+            job.unwrap_or_default(),
+            step.unwrap_or_default(),
+            port.map(|p| p.to_string()).unwrap_or_default()
+        );
+        let key = crate::secret::derive(token, &id);
+        return Some(format!("ffn-comm-{}", crate::secret::hex(&key[..16])));
+    }
+    match (job, step) {
+        (Some(job), step) if !job.is_empty() => {
+            Some(format!("ffn-comm-slurm-{job}.{}", step.unwrap_or_default()))
+        }
+        _ => port.map(|p| format!("ffn-comm-port-{p}")),
+    }
+}
+
+/// Whether `host` means "every interface" (`*`, `0.0.0.0`, `::`, `[::]`, ...).
+pub(crate) fn is_wildcard(host: &str) -> bool {
+    let h = host.trim();
+    let bare = h.trim_start_matches('[').trim_end_matches(']');
+    h.contains('*')
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified())
+}
+
+/// The error for a wildcard (or malformed) `FFN_COMM_BIND`.
+pub(crate) fn wildcard_bind(v: &str) -> CommError {
+    CommError::Env {
+        var: "FFN_COMM_BIND".into(),
+        expected: "one IP address of this host that peers can reach (not a wildcard)".into(),
+        found: v.into(),
+    }
+}
+
+/// The error for a wildcard `MASTER_ADDR`.
+pub(crate) fn wildcard_master_addr(v: &str) -> CommError {
+    CommError::Env {
+        var: "MASTER_ADDR".into(),
+        expected: "the address of rank 0 that the other ranks connect to, not a wildcard (to \
+                   make rank 0 listen on all interfaces, set FFN_COMM_MASTER_BIND=0.0.0.0 \
+                   explicitly)"
+            .into(),
+        found: v.into(),
     }
 }
 
@@ -333,7 +405,28 @@ mod tests {
         assert_eq!(o.stall_warning, Duration::ZERO);
         assert_eq!((o.master_addr.as_str(), o.master_port), ("10.0.0.1", 1234));
         assert_eq!(o.job_token, "abc");
-        assert_eq!(o.shm_name.as_deref(), Some("ffn-comm-port-1234"));
+        let keyed = o.shm_name.clone().unwrap();
+        assert!(
+            keyed.starts_with("ffn-comm-") && keyed.len() == 9 + 32 && !keyed.contains("abc"),
+            "{keyed}"
+        );
+        // Every rank of the job finds the same name; another token or port gives another one.
+        let name =
+            |pairs: &[(&str, &str)]| CommOptions::from_lookup(lookup(pairs)).unwrap().shm_name;
+        let job = [("MASTER_PORT", "1234"), ("FFN_COMM_TOKEN", "abc")];
+        assert_eq!(name(&job), Some(keyed.clone()));
+        assert_ne!(
+            name(&[("MASTER_PORT", "1234"), ("FFN_COMM_TOKEN", "abd")]),
+            Some(keyed.clone())
+        );
+        assert_ne!(
+            name(&[("MASTER_PORT", "1235"), ("FFN_COMM_TOKEN", "abc")]),
+            Some(keyed)
+        );
+        assert_eq!(
+            name(&[("MASTER_PORT", "1234")]).as_deref(),
+            Some("ffn-comm-port-1234")
+        );
         let o = CommOptions::from_lookup(lookup(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "3")]))
             .unwrap();
         assert_eq!(o.shm_name.as_deref(), Some("ffn-comm-slurm-77.3"));
@@ -347,10 +440,24 @@ mod tests {
             ("FFN_COMM_TIMEOUT", "soon"),
             ("MASTER_PORT", "70000"),
             ("FFN_COMM_BIND", "0.0.0.0"),
+            ("FFN_COMM_BIND", "*"),
+            ("FFN_COMM_BIND", "[::]"),
+            ("MASTER_ADDR", "0.0.0.0"),
+            ("MASTER_ADDR", "*"),
+            ("MASTER_ADDR", "::"),
+            ("FFN_COMM_MASTER_BIND", ""),
             ("FFN_SHM_NAME", "../etc"),
         ] {
             let e = CommOptions::from_lookup(lookup(&[(var, val)])).unwrap_err();
             assert!(e.to_string().contains(var), "{var}={val}: {e}");
         }
+        let e = CommOptions::from_lookup(lookup(&[("MASTER_ADDR", "0.0.0.0")])).unwrap_err();
+        assert!(
+            e.to_string().contains("FFN_COMM_MASTER_BIND=0.0.0.0"),
+            "{e}"
+        );
+        let o = CommOptions::from_lookup(lookup(&[("FFN_COMM_MASTER_BIND", "0.0.0.0")])).unwrap();
+        assert_eq!(o.master_bind.as_deref(), Some("0.0.0.0"));
+        assert!(!is_wildcard("127.0.0.1") && !is_wildcard("node-1") && !is_wildcard("::1"));
     }
 }

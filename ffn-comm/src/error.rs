@@ -120,6 +120,19 @@ pub enum CommError {
         /// What was wrong.
         detail: String,
     },
+    /// A shared-memory segment file belongs to another user: never attached to, never removed.
+    #[error(
+        "shm segment {path} belongs to {owner}, not to this process's {user}: refusing to use or \
+         remove another user's segment (choose another FFN_SHM_NAME, or have its owner remove it)"
+    )]
+    NotOwner {
+        /// The segment file.
+        path: String,
+        /// Its owner (uid and user name).
+        owner: String,
+        /// This process's effective user.
+        user: String,
+    },
     /// An operating-system call failed (segment file, mapping, sockets).
     #[error("{context}: {source}")]
     Io {

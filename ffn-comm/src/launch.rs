@@ -3,8 +3,9 @@
 //!
 //! Each rank is a process of the program with the environment that the `shm` and `zmq`
 //! backends read: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`,
-//! `MASTER_PORT` (a free loopback port), `FFN_SHM_NAME` (a fresh segment name) and `FFN_COMM_TOKEN`
-//! (a random job token). The launcher waits for all ranks; when one fails it stops the others and
+//! `MASTER_PORT` (a free loopback port), `FFN_SHM_NAME` (a fresh random segment name, unrelated
+//! to the token) and `FFN_COMM_TOKEN` (a random 256-bit job secret from getrandom(2); the zmq
+//! backend derives its CURVE keys from it; one in the launcher's own environment is replaced). The launcher waits for all ranks; when one fails it stops the others and
 //! exits with the failed rank's status, so a crashed rank never leaves the job hanging. With
 //! a timeout the whole job is stopped after that long (exit status 124).
 //!
@@ -15,7 +16,6 @@
 
 use crate::stop::{self, STOPPED_EXIT_CODE};
 use anyhow::{Context, Result, bail};
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -159,8 +159,11 @@ fn job_env(n: usize) -> Result<Vec<(String, String)>> {
         .and_then(|l| l.local_addr())
         .context("ffn launch: finding a free TCP port on 127.0.0.1 for the rendezvous")?
         .port();
-    let token = random_hex(16);
-    let name = format!("ffn-launch-{}-{}", std::process::id(), &token[..8]);
+    let token = crate::secret::random_hex(32).context("ffn launch: making the job secret")?;
+    let name = format!(
+        "ffn-shm-{}",
+        crate::secret::random_hex(16).context("ffn launch: naming the shm segment")?
+    );
     Ok(vec![
         ("WORLD_SIZE".into(), n.to_string()),
         ("LOCAL_WORLD_SIZE".into(), n.to_string()),
@@ -171,22 +174,11 @@ fn job_env(n: usize) -> Result<Vec<(String, String)>> {
     ])
 }
 
-/// Hex of `bytes` random bytes ([`random_bytes`]).
-fn random_hex(bytes: usize) -> String {
-    random_bytes(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// `n` random bytes from the OS (falls back to the clock and the process id if /dev/urandom is
-/// missing): job tokens and run ids, not cryptographic keys.
+/// `n` random bytes from the OS ([`crate::secret::os_random`]), or, if the OS has none, from the
+/// clock and the process id: run ids, not secrets (secrets use `os_random` and fail instead).
 pub fn random_bytes(n: usize) -> Vec<u8> {
     let mut buf = vec![0u8; n];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .is_ok();
-    if !ok {
+    if crate::secret::os_random(&mut buf).is_err() {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()

@@ -50,6 +50,7 @@ pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi_backend;
 pub mod reduce;
+pub mod secret;
 pub mod select;
 pub mod shm;
 mod stall;
@@ -57,6 +58,7 @@ pub mod stop;
 pub mod threads;
 #[cfg(feature = "zmq")]
 pub mod zmq_backend;
+pub mod zmq_wire;
 
 pub use env::{CommOptions, WorldInfo};
 pub use error::CommError;

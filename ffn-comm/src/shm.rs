@@ -8,6 +8,14 @@
 //! its pid, and rank 0 unlinks the name as soon as all ranks are attached, so no file is left behind
 //! even if the job is killed later.
 //!
+//! # Files
+//! The segment is created with mode 0600 whatever the umask, opened without following symbolic
+//! links, and used only when it belongs to this process's effective user: another user's file at
+//! the name is an error naming its owner ([`CommError::NotOwner`]), never attached to or removed.
+//! Rank 0 removes segments of this user's dead jobs (`ffn-*` files whose creator has exited) and
+//! refuses a name that a running job uses. Names are unguessable when `ffn launch` makes them
+//! (random) or when they are derived from the job secret (a keyed hash, see [`crate::env`]).
+//!
 //! # Allreduce
 //! Buffers longer than a slot go in rounds; rounds alternate between the two slot sets so that one
 //! round's writes never race the previous round's reads. In each round every rank copies the chunks
@@ -22,11 +30,13 @@
 //! whose communicator was dropped, and the abort word set by a rank that failed, so a dead peer is
 //! an error within milliseconds (exit) or the timeout (stall), never a hang.
 
+mod segment_file;
+
 use crate::reduce::{add_assign, chunk_range};
 use crate::stall::StallClock;
 use crate::{CommError, CommOptions, Communicator, WorldInfo, check_root};
 use memmap2::MmapMut;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -545,22 +555,22 @@ fn create_segment(
 ) -> Result<Segment, CommError> {
     let (data_off, total) = layout(world.size, slot_floats);
     let shown = path.display().to_string();
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(CommError::io(
-                format!("removing stale shm segment {shown}"),
-                e,
-            ));
+    let dir = path.parent().unwrap_or(std::path::Path::new("/dev/shm"));
+    segment_file::sweep(dir, "ffn-", |f| {
+        segment_creator(f).is_some_and(|pid| !process_alive(pid))
+    });
+    if let Some(old) = segment_file::open_checked(&path)? {
+        if let Some(pid) = segment_in_use(&old) {
+            return Err(CommError::Config {
+                field: "FFN_SHM_NAME",
+                expected: "a segment name that no running job uses".into(),
+                actual: format!("{shown}, in use by the job of pid {pid}"),
+            });
         }
+        std::fs::remove_file(&path)
+            .map_err(|e| CommError::io(format!("removing stale shm segment {shown}"), e))?;
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(|e| CommError::io(format!("creating shm segment {shown}"), e))?;
+    let file = segment_file::create_private(&path)?;
     allocate(&file, total).map_err(|e| {
         let _ = std::fs::remove_file(&path);
         CommError::io(
@@ -662,10 +672,8 @@ fn try_attach(
     total: usize,
 ) -> Result<Option<Segment>, CommError> {
     let shown = path.display().to_string();
-    let file = match OpenOptions::new().read(true).write(true).open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(CommError::io(format!("opening shm segment {shown}"), e)),
+    let Some(file) = segment_file::open_checked(path)? else {
+        return Ok(None);
     };
     let len = file
         .metadata()
@@ -715,6 +723,19 @@ fn try_attach(
         return refuse("segment length", total.to_string(), len as u64);
     }
     Ok(Some(Segment { data_off, ..seg }))
+}
+
+/// The creator's pid when `file` is a complete segment (its magic written).
+fn segment_creator(file: &File) -> Option<u64> {
+    if segment_file::read_word(file, H_MAGIC as u64)? != MAGIC {
+        return None;
+    }
+    segment_file::read_word(file, H_CREATOR as u64)
+}
+
+/// The creator's pid when `file` is a segment whose creator is alive (a running job's).
+fn segment_in_use(file: &File) -> Option<u64> {
+    segment_creator(file).filter(|pid| process_alive(*pid))
 }
 
 /// Reserves the file's memory up front, so that a full /dev/shm is an error here and not a SIGBUS
@@ -886,6 +907,131 @@ mod tests {
             );
             let e0 = h.join().unwrap().unwrap_err().to_string();
             assert!(e0.contains("rank(s) [1]"), "{e0}");
+        });
+    }
+
+    /// Waits until `path` exists (rank 0 created it).
+    fn wait_for(path: &std::path::Path) {
+        let start = Instant::now();
+        while !path.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{path:?} never appeared"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn a_created_segment_is_private_to_its_owner() {
+        use std::os::unix::fs::MetadataExt;
+        let o = opts("mode");
+        let path = PathBuf::from("/dev/shm").join(o.shm_name.as_ref().unwrap());
+        std::thread::scope(|s| {
+            let o2 = &o;
+            let h =
+                s.spawn(move || ShmComm::connect(WorldInfo { rank: 0, size: 2 }, o2).map(|_| ()));
+            wait_for(&path);
+            let meta = std::fs::metadata(&path).unwrap();
+            // SAFETY: geteuid cannot fail.
+            assert_eq!(meta.uid(), unsafe { libc::geteuid() });
+            assert_eq!(meta.mode() & 0o7777, 0o600, "mode {:o}", meta.mode());
+            ShmComm::connect(WorldInfo { rank: 1, size: 2 }, &o).unwrap();
+            h.join().unwrap().unwrap();
+        });
+    }
+
+    /// Plants `/dev/shm/<name>` owned by uid 65534 (needs root, as in CI).
+    fn plant_foreign(name: &str) -> PathBuf {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid cannot fail.
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "this test plants a segment of another user and needs root (CI runs as root)"
+        );
+        let path = PathBuf::from("/dev/shm").join(name);
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(&path, vec![0u8; PAGE]).unwrap();
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().uid(), 65534);
+        path
+    }
+
+    #[test]
+    fn a_segment_of_another_user_is_refused_naming_it_and_its_owner() {
+        let o = CommOptions {
+            timeout: Duration::from_secs(2),
+            ..opts("foreign")
+        };
+        let path = plant_foreign(o.shm_name.as_ref().unwrap());
+        for rank in [1, 0] {
+            let e = ShmComm::connect(WorldInfo { rank, size: 2 }, &o)
+                .err()
+                .unwrap();
+            let text = e.to_string();
+            assert!(
+                matches!(e, CommError::NotOwner { .. }),
+                "rank {rank}: {text}"
+            );
+            assert!(
+                text.contains(&path.display().to_string()) && text.contains("uid 65534"),
+                "rank {rank}: {text}"
+            );
+            assert!(path.exists(), "rank {rank} removed another user's segment");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn stale_segments_of_dead_jobs_are_removed_and_live_ones_kept() {
+        let write_segment = |name: &str, creator: u64| {
+            let path = PathBuf::from("/dev/shm").join(name);
+            let mut head = vec![0u8; PAGE];
+            head[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC.to_ne_bytes());
+            head[H_CREATOR..H_CREATOR + 8].copy_from_slice(&creator.to_ne_bytes());
+            std::fs::write(&path, head).unwrap();
+            path
+        };
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id() as u64;
+        child.wait().unwrap();
+        let id = std::process::id();
+        let stale = write_segment(&format!("ffn-comm-unit-stale-{id}"), dead);
+        let live = write_segment(&format!("ffn-comm-unit-live-{id}"), id as u64);
+        let other = PathBuf::from("/dev/shm").join(format!("ffn-comm-unit-other-{id}"));
+        std::fs::write(&other, b"not a segment").unwrap();
+        let o = opts("sweep");
+        with_ranks(2, 16, &o, |c| c.barrier().map_err(Into::into));
+        assert!(!stale.exists(), "the dead job's segment was not removed");
+        assert!(
+            live.exists() && other.exists(),
+            "a live segment or a foreign file was removed"
+        );
+        for p in [live, other] {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_name_in_use_by_a_running_job_is_refused() {
+        let o = CommOptions {
+            timeout: Duration::from_secs(2),
+            ..opts("inuse")
+        };
+        let path = PathBuf::from("/dev/shm").join(o.shm_name.as_ref().unwrap());
+        std::thread::scope(|s| {
+            let o2 = &o;
+            let h =
+                s.spawn(move || ShmComm::connect(WorldInfo { rank: 0, size: 2 }, o2).map(|_| ()));
+            wait_for(&path);
+            std::thread::sleep(Duration::from_millis(50));
+            let e = ShmComm::connect(WorldInfo { rank: 0, size: 2 }, &o)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("in use by the job of pid"), "{e}");
+            assert!(h.join().unwrap().is_err(), "the first rank 0 had no rank 1");
         });
     }
 

@@ -185,8 +185,10 @@ pub fn measure_ranks(o: &WeakScalingOptions, n: usize) -> Result<Value> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
+    let token = crate::secret::random_hex(32).context("making the job secret")?;
     let env = |c: &mut Command| {
         c.env("RAYON_NUM_THREADS", o.threads_per_rank.to_string())
+            .env("FFN_COMM_TOKEN", &token)
             .env("WORLD_SIZE", n.to_string())
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", port.to_string())
