@@ -120,7 +120,9 @@ impl ZmqComm {
                 .socket(zmq::PULL)
                 .map_err(zerr("creating a PULL socket"))?;
             keys.server(&s)?;
-            s.set_maxmsgsize(block_bytes as i64)
+            // The limit applies to the frame on the wire, which CURVE makes larger than the
+            // payload (box overhead and command header): a full block must still fit.
+            s.set_maxmsgsize((block_bytes + CURVE_FRAME_OVERHEAD) as i64)
                 .map_err(zerr("setting ZMQ_MAXMSGSIZE"))?;
             s.set_rcvhwm(4 * DEPTH as i32)
                 .map_err(zerr("setting ZMQ_RCVHWM"))?;
@@ -284,6 +286,10 @@ impl ZmqComm {
         Ok(())
     }
 }
+
+/// Bytes that CURVE adds to a frame on the wire (a MESSAGE command: name, flags, nonce and the
+/// box's authenticator are well under this).
+const CURVE_FRAME_OVERHEAD: usize = 256;
 
 fn op_name(op: u32) -> &'static str {
     match op {
