@@ -202,3 +202,60 @@ fn a_stranger_without_the_secret_cannot_take_a_rank() {
         f0.stderr
     );
 }
+
+/// The rendezvous port of a job started by `ffn launch` (from a rank's environment; the test
+/// runs as the same user, as a stranger on the host could look it up with `ss`).
+fn launched_master_port(launcher: &std::process::Child) -> Option<u16> {
+    let out = Command::new("pgrep")
+        .args(["-P", &launcher.id().to_string()])
+        .output()
+        .ok()?;
+    let pid = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()?
+        .to_string();
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(b"MASTER_PORT="))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+/// A stranger on loopback cannot take a rank of a job started by `ffn launch` (whose ranks hold
+/// the launcher's fresh secret): rank 0 refuses its connection and the job completes.
+#[test]
+fn a_stranger_cannot_join_a_job_under_ffn_launch() {
+    let mut cmd = Command::new(FFN);
+    cmd.args([
+        "launch",
+        "-n",
+        "2",
+        "--",
+        "comm-selftest",
+        "--backend",
+        "zmq",
+        "--large",
+    ]);
+    let job = spawn(cmd);
+    let start = std::time::Instant::now();
+    let port = loop {
+        if let Some(p) = launched_master_port(&job)
+            && std::net::TcpStream::connect(("127.0.0.1", p)).is_ok()
+        {
+            break p;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "the launched rank 0 never listened"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let hello = b"ffn-comm-zmq\nversion=2\nsize=2\nrank=1\nblock=1048576\nep=0 tcp://127.0.0.1:9\n";
+    let _stranger = plain_zmtp_hello(port, hello);
+    let f = finish(job, LIMIT, "ffn launch zmq with a stranger");
+    assert_suite_passed(&f, 2, true, "ffn launch -n 2 zmq --large with a stranger");
+    assert!(
+        f.stderr.contains("did not prove the job secret"),
+        "{}",
+        f.stderr
+    );
+}
