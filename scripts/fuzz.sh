@@ -4,7 +4,8 @@
 # missing; needs a nightly toolchain (`cargo +nightly`). Builds once with no sanitizer (safe Rust;
 # build time matters on small machines). Each target starts from its seeds in fuzz/corpus/TARGET/
 # and writes what it finds to fuzz/target/corpus-run/TARGET/, so the committed seeds stay as they
-# are.
+# are. `-malloc_limit_mb` needs a sanitizer; without one, fuzz/src/lib.rs's allocator refuses any
+# single allocation over 1 GiB (an abort, which libFuzzer reports as a crash).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +46,6 @@ for t in "${targets[@]}"; do
       "the log in $logs/$t.log" >&2
     exit 1
   fi
-  grep -E '^#[0-9]+ +DONE' "$logs/$t.log" || true
+  grep -E '^#[0-9]+[[:space:]]+DONE' "$logs/$t.log" || true
 done
 echo "== fuzzing done: ${#targets[@]} targets, ${seconds} s each, in $(($(date +%s) - start)) s"

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use ffn_fuzz as _;
 use ffn_io::coords::{decode, encode};
 use libfuzzer_sys::fuzz_target;
 

@@ -2,6 +2,7 @@
 //! and `learning.csv` (the learning-curve cache).
 #![no_main]
 
+use ffn_fuzz as _;
 use ffn_io::learning::LearningRow;
 use ffn_io::training::LogRow;
 use libfuzzer_sys::fuzz_target;

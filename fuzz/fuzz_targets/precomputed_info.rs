@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use ffn_fuzz as _;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

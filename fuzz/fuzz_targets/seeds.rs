@@ -2,6 +2,7 @@
 //! bounds would overflow a careless check).
 #![no_main]
 
+use ffn_fuzz as _;
 use ffn_io::infer::parse_seed_list;
 use libfuzzer_sys::fuzz_target;
 

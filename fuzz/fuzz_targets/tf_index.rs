@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use ffn_fuzz as _;
 use ffn_io::tf_bundle::{TfBundle, tf_model_config};
 use libfuzzer_sys::fuzz_target;
 

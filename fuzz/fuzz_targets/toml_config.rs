@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use ffn_fuzz as _;
 use libfuzzer_sys::fuzz_target;
 use serde::Deserialize;
 

@@ -2,6 +2,7 @@
 //! and floats) and `--offset/--size` boxes checked against a volume. One value per line.
 #![no_main]
 
+use ffn_fuzz as _;
 use ffn_io::VolumeSpec;
 use ffn_io::xyz::{parse_box, parse_triple, parse_xyz};
 use libfuzzer_sys::fuzz_target;
