@@ -14,6 +14,10 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+/// Deepest network [`ModelConfig::validate`] accepts (google/ffn's published models have depth 9
+/// to 12); a larger depth read from a file is an error instead of millions of parameter specs.
+pub const MAX_DEPTH: usize = 1024;
+
 /// Hyper-parameters of a `convstack_3d` network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModelConfig {
@@ -138,13 +142,40 @@ impl ModelConfig {
         self.param_specs().iter().map(ParamSpec::len).sum()
     }
 
+    /// The parameter count computed with checked arithmetic, without listing the tensors; `None`
+    /// when it overflows `usize`.
+    fn checked_num_params(&self) -> Option<usize> {
+        let f = self.features;
+        // A 3^3 conv from `inputs` to `f` maps, with its biases.
+        let conv3 = |inputs: usize| 27usize.checked_mul(inputs)?.checked_mul(f)?.checked_add(f);
+        let residual = conv3(f)?
+            .checked_mul(2)?
+            .checked_mul(self.depth.checked_sub(1)?)?;
+        conv3(2)?
+            .checked_add(conv3(f)?)?
+            .checked_add(residual)?
+            .checked_add(f.checked_add(1)?)
+    }
+
     /// Checks the hyper-parameters; the error names the field and what was expected.
     pub fn validate(&self) -> Result<(), String> {
         if self.depth == 0 {
             return Err("model.depth: expected >= 1, found 0".into());
         }
+        if self.depth > MAX_DEPTH {
+            return Err(format!(
+                "model.depth: expected at most {MAX_DEPTH}, found {}",
+                self.depth
+            ));
+        }
         if self.features == 0 {
             return Err("model.features: expected >= 1, found 0".into());
+        }
+        if self.checked_num_params().is_none() {
+            return Err(format!(
+                "model.features: {} features at depth {}: the parameter count overflows",
+                self.features, self.depth
+            ));
         }
         if let Some(bad) = self.fov.iter().find(|&&s| s % 2 == 0) {
             return Err(format!(
@@ -201,6 +232,28 @@ mod tests {
         }
         assert_eq!(specs[0].shape, [3, 3, 3, 2, 4]);
         assert_eq!(specs[8].shape, [1, 1, 1, 4, 1]);
+    }
+
+    #[test]
+    fn checked_count_matches_the_specs_and_huge_configs_are_refused() {
+        for (depth, features) in [(1, 1), (2, 4), (9, 32), (12, 32)] {
+            let cfg = ModelConfig {
+                depth,
+                features,
+                ..ModelConfig::default()
+            };
+            assert_eq!(cfg.checked_num_params(), Some(cfg.num_params()));
+        }
+        let deep = ModelConfig {
+            depth: MAX_DEPTH + 1,
+            ..ModelConfig::default()
+        };
+        assert!(deep.validate().unwrap_err().contains("model.depth"));
+        let wide = ModelConfig {
+            features: usize::MAX / 2,
+            ..ModelConfig::default()
+        };
+        assert!(wide.validate().unwrap_err().contains("overflows"));
     }
 
     #[test]

@@ -35,6 +35,11 @@ pub fn crc32c(data: &[u8]) -> u32 {
     extend(0, data)
 }
 
+/// True only in fuzzing builds (`cargo fuzz` sets `--cfg fuzzing`): the readers then go on past a
+/// checksum that does not match, so that mutated inputs reach the parsers behind the checksums.
+/// Always false in every other build.
+pub(crate) const SKIP_IN_FUZZING: bool = cfg!(fuzzing);
+
 const MASK_DELTA: u32 = 0xa282_ead8;
 
 /// The masked form stored by LevelDB and TensorFlow (so that a CRC of data containing CRCs is not

@@ -174,17 +174,30 @@ impl<'a> Lexer<'a> {
         (self.i > start).then(|| String::from_utf8_lossy(&self.s[start..self.i]).into_owned())
     }
 
+    /// A string: one quoted literal or several adjacent ones, which concatenate as in protobuf
+    /// text format (read in a loop, so that any number of them takes no stack).
     fn string(&mut self) -> Result<String, IoError> {
+        let mut out = Vec::new();
+        loop {
+            self.literal(&mut out)?;
+            if !matches!(self.peek(), Some(b'"' | b'\'')) {
+                break;
+            }
+        }
+        String::from_utf8(out).map_err(|_| self.err("string is not valid UTF-8".into()))
+    }
+
+    /// One quoted literal at the cursor, escapes resolved, appended to `out`.
+    fn literal(&mut self, out: &mut Vec<u8>) -> Result<(), IoError> {
         let quote = self.s[self.i];
         self.i += 1;
-        let mut out = Vec::new();
         loop {
             let Some(&c) = self.s.get(self.i) else {
                 return Err(self.err("unterminated string".into()));
             };
             self.i += 1;
             if c == quote {
-                break;
+                return Ok(());
             }
             if c == b'\n' {
                 return Err(self.err("newline inside a string".into()));
@@ -217,12 +230,6 @@ impl<'a> Lexer<'a> {
                 other => out.push(other),
             }
         }
-        // Adjacent string literals concatenate, as in protobuf text format.
-        if matches!(self.peek(), Some(b'"' | b'\'')) {
-            let more = self.string()?;
-            out.extend_from_slice(more.as_bytes());
-        }
-        String::from_utf8(out).map_err(|_| self.err("string is not valid UTF-8".into()))
     }
 
     fn message(&mut self, close: Option<u8>) -> Result<Vec<(String, TextValue)>, IoError> {
@@ -572,5 +579,14 @@ masks { channel_mask { } }
                 .to_string()
                 .contains("model_args.fov_size")
         );
+    }
+
+    /// Found while writing the `request_pbtxt` fuzz target: every adjacent string literal was one
+    /// more recursive call, so enough `"" ""...` overflowed the stack (an abort).
+    #[test]
+    fn fuzz_many_adjacent_strings_take_no_stack() {
+        let text = format!("a: {}'x'", "\"\" ".repeat(200_000));
+        let fields = parse_text_proto(&text, Path::new("r.pbtxt")).unwrap();
+        assert_eq!(fields, vec![("a".to_string(), TextValue::Str("x".into()))]);
     }
 }

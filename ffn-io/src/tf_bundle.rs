@@ -29,6 +29,8 @@ use std::path::{Path, PathBuf};
 pub const TABLE_MAGIC: u64 = 0xdb47_7524_8b80_fb57;
 const FOOTER_LEN: usize = 48;
 const BLOCK_TRAILER_LEN: usize = 5;
+/// The most bytes of (prefix-decompressed) keys a block may decode to, per byte of the block.
+const KEY_EXPANSION: usize = 64;
 /// The scope google/ffn puts its network variables in.
 pub const FFN_SCOPE: &str = "seed_update/";
 
@@ -358,7 +360,7 @@ fn read_block<'a>(
         trailer[0], trailer[1], trailer[2], trailer[3],
     ]));
     let actual = crc32c::extend(crc32c::crc32c(block), &[kind]);
-    if stored != actual {
+    if stored != actual && !crc32c::SKIP_IN_FUZZING {
         return Err(IoError::Crc {
             path: path.into(),
             what: what.into(),
@@ -393,6 +395,10 @@ fn block_entries(block: &[u8]) -> Result<Vec<BlockEntry<'_>>, String> {
     let mut c = Cursor::new(&block[..data_end]);
     let mut out: Vec<BlockEntry<'_>> = Vec::new();
     let mut key: Vec<u8> = Vec::new();
+    // Prefix compression lets every entry repeat the previous key and add a byte, so that n bytes
+    // could decode to n^2 / 32 bytes of keys; real tables stay far below this bound.
+    let key_budget = block.len().saturating_mul(KEY_EXPANSION);
+    let mut key_bytes = 0usize;
     while !c.done() {
         let shared = usize::try_from(c.varint()?).map_err(|_| "bad key length")?;
         let non_shared = usize::try_from(c.varint()?).map_err(|_| "bad key length")?;
@@ -405,6 +411,13 @@ fn block_entries(block: &[u8]) -> Result<Vec<BlockEntry<'_>>, String> {
         }
         key.truncate(shared);
         key.extend_from_slice(c.bytes(non_shared)?);
+        key_bytes = key_bytes.saturating_add(key.len());
+        if key_bytes > key_budget {
+            return Err(format!(
+                "the keys of a {}-byte block decode to more than {KEY_EXPANSION} times its size (damaged table)",
+                block.len()
+            ));
+        }
         let value = c.bytes(value_len)?;
         out.push((key.clone(), value));
     }
@@ -426,7 +439,9 @@ impl TfBundle {
         Self::parse(prefix, &index_file, &index)
     }
 
-    fn parse(prefix: PathBuf, path: &Path, index: &[u8]) -> Result<Self, IoError> {
+    /// Parses the bytes of an `.index` file (`path` names it in errors; `prefix` is where the data
+    /// files are looked for). Every block's CRC is checked.
+    pub fn parse(prefix: PathBuf, path: &Path, index: &[u8]) -> Result<Self, IoError> {
         let bad = |reason: String| IoError::TfBundle {
             path: path.into(),
             reason,
@@ -454,13 +469,22 @@ impl TfBundle {
         let index_block = read_block(index, idx_off, idx_size, "index block", path)?;
         let mut entries = Vec::new();
         let mut num_shards = None;
+        // Data blocks are written one after the other: each starts past the end of the one before
+        // (so that no block is read twice and the entries grow with the file, not faster).
+        let mut next_free = 0u64;
         for (i, (_, handle)) in block_entries(index_block)
             .map_err(&bad)?
             .into_iter()
             .enumerate()
         {
             let (off, size) = block_handle(handle).map_err(&bad)?;
+            if off < next_free {
+                return Err(bad(format!(
+                    "data block {i} at offset {off} overlaps the block before it (which ends at {next_free})"
+                )));
+            }
             let block = read_block(index, off, size, &format!("data block {i}"), path)?;
+            next_free = off + size + BLOCK_TRAILER_LEN as u64;
             for (key, value) in block_entries(block).map_err(&bad)? {
                 if key.is_empty() {
                     num_shards = Some(parse_header(value).map_err(&bad)?);
@@ -623,14 +647,13 @@ fn parse_header(value: &[u8]) -> Result<u32, String> {
         .ok_or_else(|| format!("bad shard count {shards}"))
 }
 
-/// Reads the network weights of a google/ffn `convstack_3d` checkpoint into ffn-core's flat parameter
-/// order. Depth and feature count are inferred from the variables; the field of view and deltas are
-/// not stored in a TF checkpoint, so the returned config has google/ffn's defaults (33^3, 8) for them
-/// (override them from the training or inference config). Every tensor is CRC-checked; a missing
-/// variable or a wrong shape is an error naming it. Other variables (`global_step`, input-pipeline
-/// counters) are ignored.
-pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
-    let bundle = TfBundle::open(path)?;
+/// The architecture of the google/ffn `convstack_3d` network a bundle holds, after checking that
+/// every variable of it is present with the expected shape (nothing is read from the data files).
+/// Depth and feature count are inferred from the variables; the field of view and deltas are not
+/// stored in a TF checkpoint, so the returned config has google/ffn's defaults (33^3, 8) for them.
+/// A missing variable, a wrong shape or an architecture [`ModelConfig::validate`] refuses is an
+/// error naming it.
+pub fn tf_model_config(bundle: &TfBundle) -> Result<ModelConfig, IoError> {
     let index = bundle.index_path();
     let bad = |reason: String| IoError::TfBundle {
         path: index.clone(),
@@ -640,13 +663,14 @@ pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
     let conv0 = bundle.entry(&scoped("conv0_a/weights")).ok_or_else(|| {
         bad(format!(
             "no variable '{FFN_SCOPE}conv0_a/weights': not a google/ffn convstack_3d checkpoint (variables: {})",
-            summarize_names(&bundle)
+            summarize_names(bundle)
         ))
     })?;
     let features = *conv0
         .shape
         .last()
         .ok_or_else(|| bad("conv0_a/weights is a scalar".into()))?;
+    // Bounded by the number of entries.
     let mut depth = 1;
     while bundle
         .entry(&scoped(&format!("conv{depth}_a/weights")))
@@ -659,10 +683,10 @@ pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
         features,
         ..ModelConfig::default()
     };
-    let specs = config.param_specs();
-    // Grows with the tensors read (each bounded by the data file), never by the declared shape.
-    let mut params = Vec::new();
-    for spec in &specs {
+    config
+        .validate()
+        .map_err(|e| bad(format!("variables of a network refused: {e}")))?;
+    for spec in &config.param_specs() {
         let name = scoped(&spec.name);
         let entry = bundle.entry(&name).ok_or_else(|| {
             bad(format!(
@@ -675,7 +699,21 @@ pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
                 spec.shape, entry.shape
             )));
         }
-        let (_, values) = bundle.read_f32(&name)?;
+    }
+    Ok(config)
+}
+
+/// Reads the network weights of a google/ffn `convstack_3d` checkpoint into ffn-core's flat parameter
+/// order; the architecture comes from [`tf_model_config`] (override the field of view and deltas
+/// from the training or inference config). Every tensor is CRC-checked. Other variables
+/// (`global_step`, input-pipeline counters) are ignored.
+pub fn load_tf_model(path: &Path) -> Result<(ModelConfig, Vec<f32>), IoError> {
+    let bundle = TfBundle::open(path)?;
+    let config = tf_model_config(&bundle)?;
+    // Grows with the tensors read (each bounded by the data file), never by the declared shape.
+    let mut params = Vec::new();
+    for spec in &config.param_specs() {
+        let (_, values) = bundle.read_f32(&format!("{FFN_SCOPE}{}", spec.name))?;
         debug_assert_eq!(params.len(), spec.offset);
         params.extend_from_slice(&values);
     }
@@ -745,5 +783,148 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("footer magic"), "{e}");
+    }
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    /// A block of `(shared, key suffix, value)` entries, with one restart.
+    fn block(entries: &[(u64, &[u8], &[u8])]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (shared, suffix, value) in entries {
+            varint(*shared, &mut b);
+            varint(suffix.len() as u64, &mut b);
+            varint(value.len() as u64, &mut b);
+            b.extend_from_slice(suffix);
+            b.extend_from_slice(value);
+        }
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b
+    }
+
+    /// An `.index` file: `data` blocks written one after the other (with trailers), an index
+    /// block whose handles are `handles` (offset, size), and the footer.
+    fn table(data: &[Vec<u8>], handles: &[(u64, u64)]) -> Vec<u8> {
+        let mut file = Vec::new();
+        let put = |file: &mut Vec<u8>, b: &[u8]| {
+            let at = file.len() as u64;
+            file.extend_from_slice(b);
+            file.push(0);
+            let crc = crc32c::mask(crc32c::extend(crc32c::crc32c(b), &[0]));
+            file.extend_from_slice(&crc.to_le_bytes());
+            (at, b.len() as u64)
+        };
+        for b in data {
+            put(&mut file, b);
+        }
+        let values: Vec<Vec<u8>> = handles
+            .iter()
+            .map(|&(o, n)| {
+                let mut v = Vec::new();
+                varint(o, &mut v);
+                varint(n, &mut v);
+                v
+            })
+            .collect();
+        let index: Vec<(u64, &[u8], &[u8])> = values
+            .iter()
+            .map(|v| (0, &b"k"[..], v.as_slice()))
+            .collect();
+        let (io, is) = put(&mut file, &block(&index));
+        let mut footer = vec![0, 0];
+        varint(io, &mut footer);
+        varint(is, &mut footer);
+        footer.resize(40, 0);
+        footer.extend_from_slice(&TABLE_MAGIC.to_le_bytes());
+        file.extend_from_slice(&footer);
+        file
+    }
+
+    /// A `BundleEntryProto` of a float32 tensor of `shape`.
+    fn float_entry(shape: &[u64]) -> Vec<u8> {
+        let mut dims = Vec::new();
+        for &d in shape {
+            let mut dim = vec![0x08];
+            varint(d, &mut dim);
+            dims.push(0x12);
+            varint(dim.len() as u64, &mut dims);
+            dims.extend_from_slice(&dim);
+        }
+        let mut e = vec![0x08, 1, 0x12];
+        varint(dims.len() as u64, &mut e);
+        e.extend_from_slice(&dims);
+        e
+    }
+
+    fn parse_table(bytes: &[u8]) -> Result<TfBundle, IoError> {
+        TfBundle::parse("m".into(), Path::new("m.index"), bytes)
+    }
+
+    #[test]
+    fn hand_written_table_parses() {
+        let data = block(&[
+            (0, b"", &[0x08, 1]),
+            (
+                0,
+                b"seed_update/conv0_a/weights",
+                &float_entry(&[3, 3, 3, 2, 4]),
+            ),
+        ]);
+        let n = data.len() as u64;
+        let bundle = parse_table(&table(&[data], &[(0, n)])).unwrap();
+        assert_eq!(bundle.entries().len(), 1);
+        assert_eq!(bundle.entries()[0].shape, vec![3, 3, 3, 2, 4]);
+    }
+
+    /// Found while writing the `tf_index` fuzz target: each entry may repeat the whole previous
+    /// key and add a byte, so n bytes decoded to n^2/32 bytes of keys (1 MB of index: ~30 GB).
+    #[test]
+    fn fuzz_keys_growing_by_one_byte_per_entry_are_refused() {
+        let mut entries: Vec<(u64, &[u8], &[u8])> = vec![(0, b"", &[0x08, 1])];
+        for shared in 0..4000 {
+            entries.push((shared, b"a", b""));
+        }
+        let data = block(&entries);
+        let n = data.len() as u64;
+        let e = parse_table(&table(&[data], &[(0, n)]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("m.index") && e.contains("times its size"), "{e}");
+    }
+
+    /// Found while writing the `tf_index` fuzz target: an index block naming the same data block
+    /// again and again made the entries grow with the square of the file.
+    #[test]
+    fn fuzz_data_block_named_twice_is_refused() {
+        let data = block(&[(0, b"", &[0x08, 1])]);
+        let n = data.len() as u64;
+        let e = parse_table(&table(&[data], &[(0, n), (0, n)]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("data block 1 at offset 0 overlaps"), "{e}");
+    }
+
+    /// Found while writing the `tf_index` fuzz target: a `conv0_a/weights` of 2^62 features made
+    /// the parameter count overflow (a panic in debug builds).
+    #[test]
+    fn fuzz_network_of_overflowing_width_is_refused() {
+        let data = block(&[
+            (0, b"", &[0x08, 1]),
+            (
+                0,
+                b"seed_update/conv0_a/weights",
+                &float_entry(&[3, 3, 3, 2, 1 << 62]),
+            ),
+        ]);
+        let n = data.len() as u64;
+        let bundle = parse_table(&table(&[data], &[(0, n)])).unwrap();
+        let e = tf_model_config(&bundle).unwrap_err().to_string();
+        assert!(e.contains("m.index") && e.contains("overflows"), "{e}");
     }
 }

@@ -174,98 +174,7 @@ impl TileStore {
     pub fn load(&self, index: usize) -> Result<TileRecord, IoError> {
         let path = self.tile_path(index);
         let bytes = std::fs::read(&path).map_err(|e| IoError::os(&path, e))?;
-        let damaged = |what: &str| {
-            bad(
-                &path,
-                format!("damaged tile file ({what}); delete it to recompute the tile"),
-            )
-        };
-        if bytes.len() < 8 + 9 * 8 + 4 || &bytes[..8] != MAGIC {
-            return Err(damaged("no FFNTILE1 header"));
-        }
-        let (body, tail) = bytes.split_at(bytes.len() - 4);
-        let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-        let found = crc32c(body);
-        if stored != found {
-            return Err(IoError::Crc {
-                path,
-                what: "tile file".into(),
-                expected: stored,
-                found,
-            });
-        }
-        let mut pos = 8;
-        let mut next = |len: usize| -> Result<&[u8], IoError> {
-            let s = body
-                .get(pos..pos + len)
-                .ok_or_else(|| damaged("truncated"))?;
-            pos += len;
-            Ok(s)
-        };
-        let mut word = || -> Result<u64, IoError> {
-            let b = next(8)?;
-            Ok(u64::from_le_bytes([
-                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
-            ]))
-        };
-        let h: Vec<u64> = (0..9).map(|_| word()).collect::<Result<_, _>>()?;
-        let to_usize = |v: u64| usize::try_from(v).map_err(|_| damaged("size out of range"));
-        let (idx, origin, shape) = (
-            to_usize(h[0])?,
-            [to_usize(h[1])?, to_usize(h[2])?, to_usize(h[3])?],
-            [to_usize(h[4])?, to_usize(h[5])?, to_usize(h[6])?],
-        );
-        if idx != index {
-            return Err(bad(
-                &path,
-                format!("holds tile {idx}, expected tile {index}"),
-            ));
-        }
-        let max_id = h[7];
-        let meta_len = to_usize(h[8])?;
-        let meta_start = 8 + 9 * 8;
-        let meta = body
-            .get(meta_start..meta_start + meta_len)
-            .ok_or_else(|| damaged("truncated metadata"))?;
-        let meta =
-            String::from_utf8(meta.to_vec()).map_err(|_| damaged("metadata is not UTF-8"))?;
-        let p = meta_start + meta_len;
-        let len_bytes = body.get(p..p + 8).ok_or_else(|| damaged("truncated"))?;
-        let packed_len = to_usize(u64::from_le_bytes(
-            len_bytes.try_into().map_err(|_| damaged("truncated"))?,
-        ))?;
-        let packed = body
-            .get(p + 8..p + 8 + packed_len)
-            .ok_or_else(|| damaged("truncated labels"))?;
-        let n = shape
-            .iter()
-            .try_fold(1usize, |a, &b| a.checked_mul(b))
-            .ok_or_else(|| damaged("shape overflows"))?;
-        let mut raw = Vec::with_capacity(n.saturating_mul(8).min(1 << 32));
-        DeflateDecoder::new(packed)
-            .read_to_end(&mut raw)
-            .map_err(|_| damaged("labels do not inflate"))?;
-        if raw.len() != n * 8 {
-            return Err(damaged(&format!(
-                "expected {n} labels for shape {shape:?}, found {} bytes",
-                raw.len()
-            )));
-        }
-        let labels: Vec<u64> = raw
-            .chunks_exact(8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-            .collect();
-        let rec = TileRecord {
-            index,
-            origin,
-            shape,
-            labels,
-            meta,
-        };
-        if rec.max_id() != max_id {
-            return Err(damaged("max id differs from the labels"));
-        }
-        Ok(rec)
+        decode_tile(&bytes, &path, index)
     }
 
     /// The max id recorded in tile `index`'s header, read without loading the labels (the full
@@ -313,6 +222,101 @@ impl TileStore {
             Err(e) => Err(IoError::os(&dir, e)),
         }
     }
+}
+
+/// Decodes the bytes of a tile file (see the module docs) that should hold tile `index`; `path`
+/// names the file in errors. A damaged file is an error that says to delete it; the labels are
+/// inflated only up to the size the header's shape gives.
+pub fn decode_tile(bytes: &[u8], path: &Path, index: usize) -> Result<TileRecord, IoError> {
+    let damaged = |what: &str| {
+        bad(
+            path,
+            format!("damaged tile file ({what}); delete it to recompute the tile"),
+        )
+    };
+    if bytes.len() < 8 + 9 * 8 + 4 || &bytes[..8] != MAGIC {
+        return Err(damaged("no FFNTILE1 header"));
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - 4);
+    let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    let found = crc32c(body);
+    if stored != found && !crate::crc32c::SKIP_IN_FUZZING {
+        return Err(IoError::Crc {
+            path: path.into(),
+            what: "tile file".into(),
+            expected: stored,
+            found,
+        });
+    }
+    let mut pos = 8usize;
+    let mut next = |len: usize, what: &str| -> Result<&[u8], IoError> {
+        let s = pos
+            .checked_add(len)
+            .and_then(|end| body.get(pos..end))
+            .ok_or_else(|| damaged(what))?;
+        pos += len;
+        Ok(s)
+    };
+    // `next(8, ..)` gives 8 bytes.
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+    let h: Vec<u64> = (0..9)
+        .map(|_| next(8, "truncated").map(word))
+        .collect::<Result<_, _>>()?;
+    let to_usize = |v: u64| usize::try_from(v).map_err(|_| damaged("size out of range"));
+    let (idx, origin, shape) = (
+        to_usize(h[0])?,
+        [to_usize(h[1])?, to_usize(h[2])?, to_usize(h[3])?],
+        [to_usize(h[4])?, to_usize(h[5])?, to_usize(h[6])?],
+    );
+    if idx != index {
+        return Err(bad(
+            path,
+            format!("holds tile {idx}, expected tile {index}"),
+        ));
+    }
+    let max_id = h[7];
+    let meta = next(to_usize(h[8])?, "truncated metadata")?;
+    let meta = String::from_utf8(meta.to_vec()).map_err(|_| damaged("metadata is not UTF-8"))?;
+    let packed_len = to_usize(word(next(8, "truncated")?))?;
+    let packed = next(packed_len, "truncated labels")?;
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &b| a.checked_mul(b))
+        .ok_or_else(|| damaged("shape overflows"))?;
+    let want = n.checked_mul(8).ok_or_else(|| damaged("shape overflows"))?;
+    // At most one byte more than the shape needs is inflated (a deflate stream can expand a
+    // thousandfold); the buffer grows with what is inflated.
+    let mut raw = Vec::with_capacity(want.min(packed.len().saturating_mul(4)));
+    DeflateDecoder::new(packed)
+        .take(want as u64 + 1)
+        .read_to_end(&mut raw)
+        .map_err(|_| damaged("labels do not inflate"))?;
+    if raw.len() > want {
+        return Err(damaged(&format!(
+            "labels inflate to more than the {want} bytes of {n} labels for shape {shape:?}"
+        )));
+    }
+    if raw.len() < want {
+        return Err(damaged(&format!(
+            "expected {n} labels ({want} bytes) for shape {shape:?}, found {} bytes",
+            raw.len()
+        )));
+    }
+    let labels: Vec<u64> = raw
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        .collect();
+    let rec = TileRecord {
+        index,
+        origin,
+        shape,
+        labels,
+        meta,
+    };
+    if rec.max_id() != max_id {
+        return Err(damaged("max id differs from the labels"));
+    }
+    Ok(rec)
 }
 
 #[cfg(test)]
@@ -409,5 +413,51 @@ mod tests {
         store.clear_claims("run-a").unwrap();
         assert!(store.claim("run-a", 5).unwrap());
         store.clear_claims("never-existed").unwrap();
+    }
+
+    /// A tile file's bytes: `header` words after the magic, `meta`, the `packed` labels, the CRC.
+    fn tile_bytes(header: [u64; 8], meta: &[u8], packed: &[u8], packed_len: u64) -> Vec<u8> {
+        let mut b = MAGIC.to_vec();
+        for v in header.into_iter().chain([meta.len() as u64]) {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(meta);
+        b.extend_from_slice(&packed_len.to_le_bytes());
+        b.extend_from_slice(packed);
+        let crc = crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Found while writing the `tile` fuzz target: a packed length near 2^64 overflowed
+    /// `offset + length` (a panic in debug builds).
+    #[test]
+    fn fuzz_tile_with_a_huge_packed_length_is_damaged() {
+        let bytes = tile_bytes([0, 0, 0, 0, 1, 1, 1, 0], b"", b"", u64::MAX - 4);
+        let e = decode_tile(&bytes, Path::new("t.bin"), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("t.bin") && e.contains("truncated labels"), "{e}");
+    }
+
+    /// Found while writing the `tile` fuzz target: a header declaring 2^29 labels reserved 4 GiB
+    /// before inflating, and a deflate stream of a few KB could inflate without bound.
+    #[test]
+    fn fuzz_tile_inflating_past_its_shape_is_damaged() {
+        let mut enc = DeflateEncoder::new(Vec::new(), Compression::new(9));
+        enc.write_all(&vec![0u8; 64 << 20]).unwrap();
+        let packed = enc.finish().unwrap();
+        assert!(packed.len() < 100_000);
+        let n = packed.len() as u64;
+        let bytes = tile_bytes([0, 0, 0, 0, 1 << 9, 1 << 10, 1 << 10, 0], b"", &packed, n);
+        let e = decode_tile(&bytes, Path::new("t.bin"), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected 536870912 labels"), "{e}");
+        let bytes = tile_bytes([0, 0, 0, 0, 1, 1, 1, 0], b"", &packed, n);
+        let e = decode_tile(&bytes, Path::new("t.bin"), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("inflate to more than the 8 bytes"), "{e}");
     }
 }

@@ -78,7 +78,12 @@ pub fn check_box(
     full: [usize; 3],
     volume: &dyn std::fmt::Display,
 ) -> Result<()> {
-    if (0..3).any(|a| offset[a] + size[a] > full[a] || size[a] == 0) {
+    if (0..3).any(|a| {
+        offset[a]
+            .checked_add(size[a])
+            .is_none_or(|end| end > full[a])
+            || size[a] == 0
+    }) {
         bail!(
             "--offset/--size: the box {offset:?} + {size:?} (z,y,x) does not fit in {volume} of shape {full:?} (z,y,x)"
         );
@@ -137,5 +142,19 @@ mod tests {
         );
         let e = parse_box(Some("0,0,0"), None, full, &"v").unwrap_err();
         assert!(e.to_string().contains("go together"), "{e}");
+    }
+
+    /// Found by the `xyz_specs` fuzz target: `offset + size` overflowed (a panic in debug builds).
+    #[test]
+    fn fuzz_box_whose_end_overflows_is_refused() {
+        let e = parse_box(
+            Some("1,18446744073709551615,1"),
+            Some("1,1,1"),
+            [100, usize::MAX, 7],
+            &"v.h5:raw",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("does not fit in v.h5:raw"), "{e}");
     }
 }

@@ -5,6 +5,7 @@
 #![no_main]
 
 use ffn_comm::zmq_wire::{Header, Hello, Reply};
+use ffn_fuzz as _;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

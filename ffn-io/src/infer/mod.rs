@@ -34,7 +34,9 @@ mod report;
 mod settings;
 
 pub use report::{InferReport, counters_json, default_info_path, options_json};
-pub use settings::{InferOutputs, InferOverrides, ResolvedInfer, read_seed_list, resolve_infer};
+pub use settings::{
+    InferOutputs, InferOverrides, ResolvedInfer, parse_seed_list, read_seed_list, resolve_infer,
+};
 
 use crate::atomic::write_atomic;
 use crate::error::IoError;

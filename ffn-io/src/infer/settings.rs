@@ -272,9 +272,7 @@ fn policy_args_usize(req: Option<&InferenceRequest>, key: &str) -> Result<Option
     Ok(Some(n as usize))
 }
 
-/// Reads a seed list: one `x,y,z` per line in image coordinates (blank lines and `#` comments
-/// skipped), every seed inside the box `offset + shape` (z,y,x); returns them in the box's
-/// coordinates, `[z, y, x]`. Errors name the file and line.
+/// Reads a seed list file (see [`parse_seed_list`]); errors name the file and line.
 pub fn read_seed_list(
     path: &Path,
     offset: [usize; 3],
@@ -282,17 +280,29 @@ pub fn read_seed_list(
 ) -> Result<Vec<[usize; 3]>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading seeds from {}", path.display()))?;
+    parse_seed_list(&text, &path.display().to_string(), offset, shape)
+}
+
+/// Parses a seed list: one `x,y,z` per line in image coordinates (blank lines and `#` comments
+/// skipped), every seed inside the box `offset + shape` (z,y,x); returns them in the box's
+/// coordinates, `[z, y, x]`. Errors name `source` (the file) and the line.
+pub fn parse_seed_list(
+    text: &str,
+    source: &str,
+    offset: [usize; 3],
+    shape: [usize; 3],
+) -> Result<Vec<[usize; 3]>> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let l = line.trim();
         if l.is_empty() || l.starts_with('#') {
             continue;
         }
-        let p = parse_xyz(l, &format!("{}:{}", path.display(), n + 1))?;
-        if (0..3).any(|a| p[a] < offset[a] || p[a] >= offset[a] + shape[a]) {
+        let p = parse_xyz(l, &format!("{source}:{}", n + 1))?;
+        // `p - offset` only once `p >= offset`: no overflow for any box.
+        if (0..3).any(|a| p[a] < offset[a] || p[a] - offset[a] >= shape[a]) {
             bail!(
-                "{}:{}: seed {l} lies outside the segmented box {},{},{} + {} x {} x {} (x,y,z)",
-                path.display(),
+                "{source}:{}: seed {l} lies outside the segmented box {},{},{} + {} x {} x {} (x,y,z)",
                 n + 1,
                 offset[2],
                 offset[1],
@@ -490,5 +500,18 @@ mod tests {
         let expected: serde_json::Value = serde_json::from_str(&report.info().to_string()).unwrap();
         assert_eq!(info, expected);
         assert!(info["origins"].is_array());
+    }
+
+    /// Found while writing the `seeds` fuzz target: the check `seed < offset + shape` overflowed
+    /// for a box reaching the end of the address space (a panic in debug builds).
+    #[test]
+    fn fuzz_seed_in_a_box_at_the_largest_offset_does_not_overflow() {
+        let max = usize::MAX;
+        let seeds = parse_seed_list(&format!("{max},{max},{max}\n"), "s.txt", [max; 3], [1; 3]);
+        assert_eq!(seeds.unwrap(), vec![[0, 0, 0]]);
+        let e = parse_seed_list("# x,y,z\n\n1,2,3\n", "s.txt", [max; 3], [max; 3])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("s.txt:3: seed 1,2,3 lies outside"), "{e}");
     }
 }
