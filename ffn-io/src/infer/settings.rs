@@ -138,6 +138,9 @@ pub fn resolve_infer(
     // Model.
     let loaded = crate::load_model(&ckpt)
         .with_context(|| format!("loading the model {}", ckpt.display()))?;
+    // google/ffn TF checkpoints hold no FOV (the request gives it); ffn-rs checkpoints record the
+    // one the network was trained at.
+    let fov_recorded = !crate::tf_bundle::is_tf_checkpoint(&loaded.path);
     let (ck_cfg, params, trained_norm) = (loaded.config, loaded.params, loaded.normalisation);
     let cfg: ModelConfig = match request {
         Some((p, r)) => {
@@ -149,6 +152,18 @@ pub fn resolve_infer(
                     c.depth,
                     ckpt.display(),
                     ck_cfg.depth
+                );
+            }
+            if fov_recorded && c.fov != ck_cfg.fov {
+                let xyz = |v: [usize; 3]| format!("{},{},{}", v[2], v[1], v[0]);
+                bail!(
+                    "request {}: model_args.fov_size {} (x,y,z) differs from the FOV {} that the \
+                     checkpoint {} was trained with; remove fov_size from the request (the \
+                     checkpoint's FOV is used)",
+                    p.display(),
+                    xyz(c.fov),
+                    xyz(ck_cfg.fov),
+                    ckpt.display()
                 );
             }
             c
@@ -456,6 +471,19 @@ mod tests {
         let e = err(&given, Some((&req_path, &req)));
         assert!(
             e.contains("deep.pbtxt: model_args.depth is 12") && e.contains("depth-1 network"),
+            "{e}"
+        );
+        // A request FOV other than the one the ffn-rs checkpoint was trained with is refused, not
+        // silently used.
+        let req_path = dir.path().join("wide.pbtxt");
+        let req = crate::parse_inference_request(
+            "model_args: '{\"fov_size\": [99, 97, 95]}'\n",
+            &req_path,
+        )
+        .unwrap();
+        let e = err(&given, Some((&req_path, &req)));
+        assert!(
+            e.contains("wide.pbtxt: model_args.fov_size 99,97,95 (x,y,z) differs from the FOV"),
             "{e}"
         );
         let given = InferOverrides {
