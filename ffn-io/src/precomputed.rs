@@ -455,6 +455,13 @@ pub fn read_chunk(
 pub fn read_volume(dir: &Path) -> Result<(PrecomputedInfo, Array3<u64>), IoError> {
     let info = read_info(dir)?;
     let s = info.shape_zyx;
+    let bytes = crate::memory::bytes_of(&s, std::mem::size_of::<u64>());
+    crate::memory::check_allocation(&format!("the volume of shape {s:?} (z,y,x)"), bytes).map_err(
+        |reason| IoError::Config {
+            path: dir.join("info"),
+            reason,
+        },
+    )?;
     let mut out = Array3::<u64>::zeros((s[0], s[1], s[2]));
     for z0 in (0..s[0]).step_by(info.chunk_zyx[0]) {
         for (lo, hi) in info.chunks_at(z0) {
@@ -588,5 +595,17 @@ mod tests {
         let info = parse_info(&wide, p).unwrap();
         assert_eq!(info.chunks_at(0).len(), 2);
         assert!(info.chunks_at(0).iter().all(|(_, hi)| hi[2] == 2));
+    }
+
+    /// A tiny info declaring a volume larger than physical memory is refused before the volume
+    /// is allocated (it used to be allocated whole before any chunk was read).
+    #[test]
+    fn a_volume_larger_than_memory_is_refused_before_allocating() {
+        let dir = tempfile::tempdir().unwrap();
+        let info = r#"{"type": "segmentation", "data_type": "uint64", "num_channels": 1, "scales": [{"key": "1_1_1",
+            "size": [65536, 65536, 65536], "resolution": [1, 1, 1], "chunk_sizes": [[64, 64, 64]], "encoding": "raw"}]}"#;
+        std::fs::write(dir.path().join("info"), info).unwrap();
+        let e = read_volume(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("info") && e.contains("physical memory"), "{e}");
     }
 }
