@@ -225,7 +225,12 @@ impl<'a> Lexer<'a> {
                             _ => break,
                         }
                     }
-                    out.push(v as u8);
+                    let byte = u8::try_from(v).map_err(|_| {
+                        self.err(format!(
+                            "octal escape \\{v:o} is beyond one byte (at most \\377)"
+                        ))
+                    })?;
+                    out.push(byte);
                 }
                 other => out.push(other),
             }
@@ -578,6 +583,22 @@ masks { channel_mask { } }
                 .unwrap_err()
                 .to_string()
                 .contains("model_args.fov_size")
+        );
+    }
+
+    /// Found while writing the `request_pbtxt` fuzz target: `\777` was silently truncated to one
+    /// byte; octal escapes above `\377` are errors naming the escape.
+    #[test]
+    fn fuzz_octal_escapes_beyond_a_byte_are_refused() {
+        let p = Path::new("o.pbtxt");
+        let ok = parse_inference_request("model_name: \"a\\101\\60\"\n", p).unwrap();
+        assert_eq!(ok.model_name.as_deref(), Some("aA0"));
+        let e = parse_inference_request("model_name: \"\\777\"\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("o.pbtxt") && e.contains("octal escape \\777"),
+            "{e}"
         );
     }
 
