@@ -927,4 +927,40 @@ mod tests {
         let e = tf_model_config(&bundle).unwrap_err().to_string();
         assert!(e.contains("m.index") && e.contains("overflows"), "{e}");
     }
+
+    /// The hostile-input case of the hardening issue: a tiny index declaring conv0 with a million
+    /// features (about 108 TB of parameters) is an error, not an allocation of the declared size.
+    #[test]
+    fn an_index_declaring_a_million_features_is_an_error_not_an_allocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = 1_000_000;
+        let entries = [
+            ("seed_update/conv0_a/biases", float_entry(&[f])),
+            ("seed_update/conv0_a/weights", float_entry(&[3, 3, 3, 2, f])),
+            ("seed_update/conv0_b/biases", float_entry(&[f])),
+            ("seed_update/conv0_b/weights", float_entry(&[3, 3, 3, f, f])),
+            ("seed_update/conv_lom/biases", float_entry(&[1])),
+            (
+                "seed_update/conv_lom/weights",
+                float_entry(&[1, 1, 1, f, 1]),
+            ),
+        ];
+        let mut rows: Vec<(u64, &[u8], &[u8])> = vec![(0, b"", &[0x08, 1])];
+        rows.extend(entries.iter().map(|(k, e)| (0, k.as_bytes(), e.as_slice())));
+        let data = block(&rows);
+        let n = data.len() as u64;
+        let index = dir.path().join("model.ckpt-1.index");
+        std::fs::write(&index, table(&[data], &[(0, n)])).unwrap();
+        std::fs::write(
+            dir.path().join("model.ckpt-1.data-00000-of-00001"),
+            [0u8; 64],
+        )
+        .unwrap();
+        let e = load_tf_model(&index).unwrap_err().to_string();
+        assert!(
+            e.contains("model.ckpt-1.data-00000-of-00001")
+                && e.contains("expected 216000000 for float32 [3, 3, 3, 2, 1000000]"),
+            "{e}"
+        );
+    }
 }
