@@ -112,59 +112,99 @@ fn a_limited_run_resumes_without_recomputing() {
     assert!(String::from_utf8_lossy(&e.stderr).contains("made for another run"));
 }
 
-#[test]
-fn a_killed_run_resumes_with_only_the_unfinished_tiles() {
-    let dir = tempfile::tempdir().unwrap();
-    let (img, truth) = write_boxes(dir.path(), [40, 40, 40], 13);
-    let out = format!("{}:seg", s(&dir.path().join("out.h5")));
-    let store = dir.path().join("tiles");
-    let store_s = s(&store);
-    // Tiles of 12 moving by 5: 7 per axis, 343 tiles, long enough to be killed mid-way.
-    let mut args = vec![
-        "infer-tiled",
-        "--image",
-        &img,
-        "--out",
-        &out,
-        "--tile-size",
-        "12",
-        "--tile-store",
-        &store_s,
-    ];
-    args.extend(ORACLE);
-    let total = 343;
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ffn"));
-    cmd.args(&args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = h5(|| cmd.spawn().unwrap());
-    let count = || {
-        std::fs::read_dir(&store)
+/// A run long enough to be interrupted: 40^3 boxes in tiles of 12 moving by 5 (7 per axis, 343
+/// tiles) with the oracle, its store in `dir/tiles`.
+struct LongRun {
+    args: Vec<String>,
+    store: std::path::PathBuf,
+    out: String,
+    truth: ndarray::Array3<u64>,
+}
+
+const LONG_RUN_TILES: usize = 343;
+
+impl LongRun {
+    fn new(dir: &std::path::Path, seed: u64) -> Self {
+        let (img, truth) = write_boxes(dir, [40, 40, 40], seed);
+        let out = format!("{}:seg", s(&dir.join("out.h5")));
+        let store = dir.join("tiles");
+        let mut args: Vec<String> = ["infer-tiled", "--image", &img, "--out", &out]
+            .map(String::from)
+            .to_vec();
+        args.extend([
+            "--tile-size".into(),
+            "12".into(),
+            "--tile-store".into(),
+            s(&store),
+        ]);
+        args.extend(ORACLE.map(String::from));
+        LongRun {
+            args,
+            store,
+            out,
+            truth,
+        }
+    }
+
+    fn args(&self) -> Vec<&str> {
+        self.args.iter().map(String::as_str).collect()
+    }
+
+    fn command(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ffn"));
+        cmd.args(&self.args);
+        cmd
+    }
+
+    /// Files of the store whose name contains `part` (`.bin`: tiles; `.tmp-`: temporary files).
+    fn files(&self, part: &str) -> usize {
+        std::fs::read_dir(&self.store)
             .map(|d| {
                 d.filter_map(|e| e.ok())
-                    .filter(|e| e.file_name().to_string_lossy().ends_with(".bin"))
+                    .filter(|e| e.file_name().to_string_lossy().contains(part))
                     .count()
             })
             .unwrap_or(0)
-    };
-    let t0 = Instant::now();
-    while count() < 5 && t0.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_millis(5));
     }
+
+    /// Waits (at most 120 s) until `n` tiles are finished.
+    fn wait_for_tiles(&self, n: usize) {
+        let t0 = Instant::now();
+        while self.files(".bin") < n && t0.elapsed() < Duration::from_secs(120) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Reruns to the end: it computes exactly the `LONG_RUN_TILES - done` unfinished tiles and
+    /// recovers the boxes.
+    fn rerun_completes(&self, done: usize) {
+        let stdout = ok(&self.args());
+        assert_eq!(computed(&stdout), vec![LONG_RUN_TILES - done], "{stdout}");
+        assert!(
+            stdout.contains(&format!("skipped {done} finished")),
+            "{stdout}"
+        );
+        assert_eq!(arand(&self.truth, &read_seg(&self.out)), 0.0);
+    }
+}
+
+#[test]
+fn a_killed_run_resumes_with_only_the_unfinished_tiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = LongRun::new(dir.path(), 13);
+    let mut cmd = run.command();
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = h5(|| cmd.spawn().unwrap());
+    run.wait_for_tiles(5);
     child.kill().unwrap();
     child.wait().unwrap();
-    let done = count();
+    let done = run.files(".bin");
     assert!(
-        done >= 5 && done < total,
+        done >= 5 && done < LONG_RUN_TILES,
         "{done} tiles finished before the kill"
     );
-    let stdout = ok(&args);
-    assert_eq!(computed(&stdout), vec![total - done], "{stdout}");
-    assert!(
-        stdout.contains(&format!("skipped {done} finished")),
-        "{stdout}"
-    );
-    assert_eq!(arand(&truth, &read_seg(&out)), 0.0);
+    run.rerun_completes(done);
 }
 
 #[test]
@@ -354,39 +394,9 @@ fn a_box_of_the_volume_is_segmented_in_tiles_like_untiled() {
 #[test]
 fn sigterm_finishes_the_current_tile_and_the_rerun_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let (img, truth) = write_boxes(dir.path(), [40, 40, 40], 14);
-    let out = format!("{}:seg", s(&dir.path().join("out.h5")));
-    let store = dir.path().join("tiles");
-    let store_s = s(&store);
-    let mut args = vec![
-        "infer-tiled",
-        "--image",
-        &img,
-        "--out",
-        &out,
-        "--tile-size",
-        "12",
-        "--tile-store",
-        &store_s,
-    ];
-    args.extend(ORACLE);
-    let total = 343;
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ffn"));
-    cmd.args(&args);
-    let child = spawn(&mut cmd);
-    let files = |suffix: &str| -> usize {
-        std::fs::read_dir(&store)
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .filter(|e| e.file_name().to_string_lossy().contains(suffix))
-                    .count()
-            })
-            .unwrap_or(0)
-    };
-    let t0 = Instant::now();
-    while files(".bin") < 5 && t0.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let run = LongRun::new(dir.path(), 14);
+    let child = spawn(&mut run.command());
+    run.wait_for_tiles(5);
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -398,11 +408,12 @@ fn sigterm_finishes_the_current_tile_and_the_rerun_completes() {
         String::from_utf8_lossy(&o.stderr),
     );
     assert_eq!(o.status.code(), Some(75), "stderr:\n{stderr}");
-    let done = files(".bin");
+    let done = run.files(".bin");
     assert!(
-        done >= 5 && done < total,
+        done >= 5 && done < LONG_RUN_TILES,
         "{done} tiles finished before the stop"
     );
+    let total = LONG_RUN_TILES;
     assert!(
         stderr.contains("stopped by SIGTERM after its current tile")
             && stdout.contains(&format!(
@@ -410,11 +421,8 @@ fn sigterm_finishes_the_current_tile_and_the_rerun_completes() {
             )),
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    assert_eq!(files(".tmp-"), 0, "no temporary tile files");
-    let claims = store.join("claims");
-    let leftover = std::fs::read_dir(&claims).map_or(0, |d| d.count());
+    assert_eq!(run.files(".tmp-"), 0, "no temporary tile files");
+    let leftover = std::fs::read_dir(run.store.join("claims")).map_or(0, |d| d.count());
     assert_eq!(leftover, 0, "the stopped run's claims are cleared");
-    let stdout = ok(&args);
-    assert_eq!(computed(&stdout), vec![total - done], "{stdout}");
-    assert_eq!(arand(&truth, &read_seg(&out)), 0.0);
+    run.rerun_completes(done);
 }
