@@ -101,6 +101,18 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> Option<i32> {
     }
 }
 
+/// The training data in `dir` (the `ffn train` arguments) and the final weights of an
+/// uninterrupted 2-rank run on it, which every faulted run must end with.
+fn data_and_reference(dir: &Path) -> (Vec<String>, Vec<f32>) {
+    let base = with(&prepare(dir), &["--batch-size", "2"]);
+    let (r, sr) = out_dir(dir, "reference");
+    ok(
+        &run(launch(2, &args_for(&base, &sr, &[])), LIMIT),
+        "uninterrupted run",
+    );
+    (base, checkpoint(&r, STEPS).params)
+}
+
 /// One round: start, inject `fault` into a rank at about `at_step`, check the end, resume.
 fn round(
     base: &[String],
@@ -163,13 +175,7 @@ fn killed_or_stalled_ranks_never_hang_lose_checkpoints_or_diverge() {
     let rounds = env_or("FFN_SOAK_ROUNDS", 4);
     let seed = env_or("FFN_SOAK_SEED", 1);
     let dir = tempfile::tempdir().unwrap();
-    let base = with(&prepare(dir.path()), &["--batch-size", "2"]);
-    let (r, sr) = out_dir(dir.path(), "reference");
-    ok(
-        &run(launch(2, &args_for(&base, &sr, &[])), LIMIT),
-        "uninterrupted run",
-    );
-    let reference = checkpoint(&r, STEPS).params;
+    let (base, reference) = data_and_reference(dir.path());
     let mut rng = Rng::new(seed);
     let mut c = Counts::default();
     while (c.rounds as u64) < rounds {
@@ -207,12 +213,7 @@ fn killed_or_stalled_ranks_never_hang_lose_checkpoints_or_diverge() {
 #[test]
 fn a_killed_rank_under_max_restarts_ends_in_the_uninterrupted_weights() {
     let dir = tempfile::tempdir().unwrap();
-    let base = with(&prepare(dir.path()), &["--batch-size", "2"]);
-    let (r, sr) = out_dir(dir.path(), "reference");
-    ok(
-        &run(launch(2, &args_for(&base, &sr, &[])), LIMIT),
-        "uninterrupted run",
-    );
+    let (base, reference) = data_and_reference(dir.path());
     let (out, so) = out_dir(dir.path(), "restarted");
     let mut cmd = Command::new(FFN);
     cmd.args([
@@ -253,7 +254,7 @@ fn a_killed_rank_under_max_restarts_ends_in_the_uninterrupted_weights() {
     assert!(!f.stderr.contains("restart 2/2"), "{}", f.stderr);
     assert_bitwise(
         &checkpoint(&out, STEPS).params,
-        &checkpoint(&r, STEPS).params,
+        &reference,
         "weights after the restart",
     );
 }
