@@ -1,11 +1,14 @@
 //! The launcher of `ffn launch -n N -- <ffn subcommand args>`: starts N ranks of a program on this
-//! host.
+//! host, alone or as one host of a job that spans several ([`HostGroup`], torchrun's `--nnodes` /
+//! `--node-rank`: every host runs its own launcher with the same rendezvous and secret).
 //!
 //! Each rank is a process of the program with the environment that the `shm` and `zmq`
 //! backends read: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`,
 //! `MASTER_PORT` (a free loopback port), `FFN_SHM_NAME` (a fresh random segment name, unrelated
 //! to the token) and `FFN_COMM_TOKEN` (a random 256-bit job secret from getrandom(2); the zmq
-//! backend derives its CURVE keys from it; one in the launcher's own environment is replaced). The launcher waits for all ranks; when one fails it stops the others and
+//! backend derives its CURVE keys from it; one in the launcher's own environment is replaced). Over
+//! several hosts, `RANK` counts from `host * N`, `WORLD_SIZE` is `hosts * N`, `GROUP_RANK` is the host
+//! index, and the rendezvous and the secret are the group's (see [`HostGroup`]). The launcher waits for all ranks; when one fails it stops the others and
 //! exits with the failed rank's status, so a crashed rank never leaves the job hanging. With
 //! a timeout the whole job is stopped after that long (exit status 124).
 //!
@@ -49,6 +52,59 @@ pub struct LaunchOptions {
     /// Arguments added to `args` on a restart where not already there (`--resume` for
     /// `ffn train`, so that the ranks continue from the newest valid checkpoint).
     pub restart_args: Vec<String>,
+    /// This host's place in a job over several hosts; `None`: the job is this host's alone.
+    pub hosts: Option<HostGroup>,
+}
+
+/// One host's part of a job that spans `hosts` hosts with the same number of ranks on each: this
+/// host's ranks are `host * nproc .. (host + 1) * nproc`. Every host's launcher is given the same
+/// rendezvous (`master_addr:master_port`, on host 0) and the job secret in `FFN_COMM_TOKEN`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostGroup {
+    /// Number of hosts, 1..=4096.
+    pub hosts: usize,
+    /// This host's index, `0..hosts`.
+    pub host: usize,
+    /// Host 0's address as the other hosts reach it (never a wildcard).
+    pub master_addr: String,
+    /// Host 0's rendezvous port.
+    pub master_port: u16,
+    /// The job secret, the same on every host (at least 16 characters).
+    pub token: String,
+}
+
+impl HostGroup {
+    /// Checks the host index and count, the address and the secret; errors name the flag or the
+    /// variable.
+    pub fn validate(&self) -> Result<()> {
+        if self.hosts == 0 || self.hosts > 4096 {
+            bail!(
+                "ffn launch --nnodes {}: expected 1..=4096 hosts",
+                self.hosts
+            );
+        }
+        if self.host >= self.hosts {
+            bail!(
+                "ffn launch --node-rank {}: expected 0..{} (one less than --nnodes)",
+                self.host,
+                self.hosts
+            );
+        }
+        let addr = self.master_addr.trim();
+        if addr.is_empty() || crate::env::is_wildcard(addr) || addr.contains(['/', ' ']) {
+            bail!(
+                "ffn launch --master-addr {:?}: expected host 0's address as the other hosts \
+                 reach it (not a wildcard)",
+                self.master_addr
+            );
+        }
+        if self.master_port == 0 {
+            bail!("ffn launch --master-port 0: expected a TCP port 1..65535");
+        }
+        crate::secret::check_token(&self.token)
+            .with_context(|| format!("ffn launch --nnodes {}", self.hosts))?;
+        Ok(())
+    }
 }
 
 impl LaunchOptions {
@@ -62,6 +118,7 @@ impl LaunchOptions {
             bind: None,
             max_restarts: 0,
             restart_args: Vec::new(),
+            hosts: None,
         }
     }
 }
@@ -82,6 +139,9 @@ struct JobEnd {
 pub fn launch(opts: &LaunchOptions) -> Result<i32> {
     if opts.nproc == 0 || opts.nproc > 4096 {
         bail!("ffn launch: -n {}: expected 1..=4096 ranks", opts.nproc);
+    }
+    if let Some(group) = &opts.hosts {
+        group.validate()?;
     }
     stop::install_stop_signals()
         .context("ffn launch: installing the SIGTERM / SIGUSR1 handlers")?;
@@ -113,7 +173,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32> {
 /// One start of the job: `opts.nproc` ranks of `opts.program args`.
 fn start_ranks(opts: &LaunchOptions, args: &[String]) -> Result<JobEnd> {
     let exe = &opts.program;
-    let env = job_env(opts.nproc)?;
+    let env = job_env(opts.nproc, opts.hosts.as_ref())?;
+    let first_rank = opts.hosts.as_ref().map_or(0, |g| g.host * opts.nproc);
     let cpus = allowed_cpus();
     let bind = match opts.bind {
         Some(b) => b == Bind::Core,
@@ -124,7 +185,7 @@ fn start_ranks(opts: &LaunchOptions, args: &[String]) -> Result<JobEnd> {
         let mut cmd = Command::new(exe);
         cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        cmd.env("RANK", rank.to_string())
+        cmd.env("RANK", (first_rank + rank).to_string())
             .env("LOCAL_RANK", rank.to_string());
         if bind && !cpus.is_empty() {
             let cpu = cpus[rank % cpus.len()];
@@ -145,29 +206,48 @@ fn start_ranks(opts: &LaunchOptions, args: &[String]) -> Result<JobEnd> {
             Err(e) => {
                 stop_all(&mut children);
                 return Err(e).with_context(|| {
-                    format!("ffn launch: starting rank {rank} ({})", exe.display())
+                    format!(
+                        "ffn launch: starting rank {} ({})",
+                        first_rank + rank,
+                        exe.display()
+                    )
                 });
             }
         }
     }
-    supervise(&mut children, opts.timeout)
+    supervise(&mut children, opts.timeout, first_rank)
 }
 
-/// The environment shared by all ranks of one job.
-fn job_env(n: usize) -> Result<Vec<(String, String)>> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("ffn launch: finding a free TCP port on 127.0.0.1 for the rendezvous")?
-        .port();
-    let token = crate::secret::random_hex(32).context("ffn launch: making the job secret")?;
+/// The environment shared by this host's ranks of one job: a fresh loopback port and secret for a
+/// job of this host alone, the group's rendezvous and secret for a job over several hosts.
+fn job_env(n: usize, hosts: Option<&HostGroup>) -> Result<Vec<(String, String)>> {
+    let (world, addr, port, token, host) = match hosts {
+        Some(g) => (
+            g.hosts * n,
+            g.master_addr.trim().to_string(),
+            g.master_port,
+            g.token.clone(),
+            g.host,
+        ),
+        None => {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .context("ffn launch: finding a free TCP port on 127.0.0.1 for the rendezvous")?
+                .port();
+            let token =
+                crate::secret::random_hex(32).context("ffn launch: making the job secret")?;
+            (n, "127.0.0.1".to_string(), port, token, 0)
+        }
+    };
     let name = format!(
         "ffn-shm-{}",
         crate::secret::random_hex(16).context("ffn launch: naming the shm segment")?
     );
     Ok(vec![
-        ("WORLD_SIZE".into(), n.to_string()),
+        ("WORLD_SIZE".into(), world.to_string()),
         ("LOCAL_WORLD_SIZE".into(), n.to_string()),
-        ("MASTER_ADDR".into(), "127.0.0.1".into()),
+        ("GROUP_RANK".into(), host.to_string()),
+        ("MASTER_ADDR".into(), addr),
         ("MASTER_PORT".into(), port.to_string()),
         ("FFN_SHM_NAME".into(), name),
         ("FFN_COMM_TOKEN".into(), token),
@@ -191,8 +271,13 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
     buf
 }
 
-/// Waits for every rank; on the first failure (or the timeout) stops the rest.
-fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Result<JobEnd> {
+/// Waits for every rank (`children[i]` is rank `first_rank + i`); on the first failure (or the
+/// timeout) stops the rest.
+fn supervise(
+    children: &mut [Option<Child>],
+    timeout: Option<Duration>,
+    first_rank: usize,
+) -> Result<JobEnd> {
     let start = Instant::now();
     let mut remaining = children.len();
     let mut forwarded = false;
@@ -207,7 +292,8 @@ fn supervise(children: &mut [Option<Child>], timeout: Option<Duration>) -> Resul
             signal_all(children, signal);
         }
         let mut failed: Option<(usize, ExitStatus)> = None;
-        for (rank, slot) in children.iter_mut().enumerate() {
+        for (index, slot) in children.iter_mut().enumerate() {
+            let rank = first_rank + index;
             let Some(child) = slot else { continue };
             match child.try_wait() {
                 Ok(Some(status)) => {

@@ -1,10 +1,11 @@
-//! `ffn launch -n N -- <ffn subcommand args>`: starts N ranks of `ffn` on this host
-//! ([`ffn_comm::launch`] does the work).
+//! `ffn launch -n N -- <ffn subcommand args>`: starts N ranks of `ffn` on this host, alone or as
+//! one host of several (`--nnodes`, `--node-rank`, `--master-addr`, `--master-port`;
+//! [`ffn_comm::launch`] does the work).
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use ffn_comm::launch::{Bind, LaunchOptions, launch};
+use ffn_comm::launch::{Bind, HostGroup, LaunchOptions, launch};
 
 /// Arguments of `ffn launch`.
 #[derive(clap::Args, Debug)]
@@ -25,6 +26,19 @@ pub struct Args {
     /// cause. No restart after a stop on SIGTERM / SIGUSR1 or the --timeout.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_restarts: usize,
+    /// Number of hosts of the job (torchrun's `--nnodes`): run one `ffn launch` on every host, each
+    /// with its `--node-rank`, the same `-n`, `--master-addr`, `--master-port` and `FFN_COMM_TOKEN`.
+    #[arg(long, value_name = "HOSTS", default_value_t = 1)]
+    pub nnodes: usize,
+    /// This host's index, `0..HOSTS`; host 0 holds rank 0 and the rendezvous.
+    #[arg(long, value_name = "INDEX", default_value_t = 0)]
+    pub node_rank: usize,
+    /// Host 0's address as every host reaches it (required with `--nnodes` above 1).
+    #[arg(long, value_name = "ADDR")]
+    pub master_addr: Option<String>,
+    /// Host 0's rendezvous port (with `--nnodes` above 1).
+    #[arg(long, value_name = "PORT", default_value_t = 29500)]
+    pub master_port: u16,
     /// The `ffn` subcommand and its arguments that every rank runs (after `--`).
     #[arg(required = true, allow_hyphen_values = true, value_name = "FFN_ARGS")]
     pub command: Vec<String>,
@@ -53,7 +67,29 @@ pub fn run(args: Args) -> Result<()> {
         Some("train") => vec!["--resume".to_string()],
         _ => Vec::new(),
     };
+    let hosts = if args.nnodes > 1 || args.master_addr.is_some() {
+        Some(HostGroup {
+            hosts: args.nnodes,
+            host: args.node_rank,
+            master_addr: args.master_addr.clone().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "ffn launch --nnodes {}: --master-addr: expected host 0's address, found none",
+                    args.nnodes
+                )
+            })?,
+            master_port: args.master_port,
+            token: std::env::var("FFN_COMM_TOKEN").unwrap_or_default(),
+        })
+    } else if args.node_rank != 0 {
+        bail!(
+            "ffn launch --node-rank {}: expected 0 for a job on one host (set --nnodes)",
+            args.node_rank
+        );
+    } else {
+        None
+    };
     let code = launch(&LaunchOptions {
+        hosts,
         timeout,
         max_restarts: args.max_restarts,
         restart_args,

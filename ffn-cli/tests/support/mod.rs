@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 pub mod comm;
 pub mod dist;
+pub mod hosts;
 pub mod tiled;
 
 /// The `ffn` binary under test.
