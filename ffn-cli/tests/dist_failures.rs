@@ -56,29 +56,8 @@ fn a_killed_rank_stops_the_others_and_the_last_checkpoint_resumes() {
         })
         .collect();
     // Wait for a checkpoint or two, then kill rank 1.
+    wait_for_checkpoints(&mut children, &out, 2);
     let ckpts = out.join("checkpoints");
-    let start = Instant::now();
-    while ffn_io::checkpoint::list_checkpoints(&ckpts)
-        .map(|l| l.len())
-        .unwrap_or(0)
-        < 2
-    {
-        if start.elapsed() > LIMIT
-            || children
-                .iter_mut()
-                .any(|c| c.try_wait().ok().flatten().is_some())
-        {
-            let outs: Vec<String> = children
-                .into_iter()
-                .map(|c| finish(c, LIMIT, "rank").stderr)
-                .collect();
-            panic!(
-                "no checkpoint appeared; stderr of the ranks:\n{}",
-                outs.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let mut rank1 = children.pop().unwrap();
     rank1.kill().unwrap();
     let _ = rank1.wait();

@@ -536,3 +536,37 @@ fn a_failed_write_into_an_existing_file_loses_nothing() {
     );
     assert_eq!(ffn_io::read_image_u8(&notes).unwrap(), marks);
 }
+
+#[test]
+fn a_multi_page_lzw_tiff_of_fib25_slices_imports_like_the_pngs() {
+    let maps = repo_data().join("fib25/grayscale_maps");
+    let tmp = tempfile::tempdir().unwrap();
+    let tif = tmp.path().join("fib25-10.tif");
+    let file = std::fs::File::create(&tif).unwrap();
+    let mut enc = tiff::encoder::TiffEncoder::new(file)
+        .unwrap()
+        .with_compression(tiff::encoder::Compression::Lzw);
+    for z in 2600..2610 {
+        let (w, h, px) = ffn_io::stack::read_png_slice(&maps.join(format!("iso.{z}.png"))).unwrap();
+        enc.write_image::<tiff::encoder::colortype::Gray8>(w, h, &px)
+            .unwrap();
+    }
+    drop(enc);
+    let pattern = maps.join("iso.260?.png");
+    for (src, out) in [
+        (tif.to_str().unwrap(), "v.h5:tif"),
+        (pattern.to_str().unwrap(), "v.h5:png"),
+    ] {
+        let said = ok(&["import", "stack", src, "--output", out], tmp.path());
+        assert!(
+            said.contains("10 x 250 x 250 (z,y,x) from 10 slices"),
+            "{said}"
+        );
+    }
+    let read = |d: &str| {
+        ffn_io::read_image_u8(&ffn_io::VolumeSpec::new(tmp.path().join("v.h5"), d)).unwrap()
+    };
+    let (from_tif, from_png) = (read("tif"), read("png"));
+    assert_eq!(from_tif.shape(), [10, 250, 250]);
+    assert_eq!(from_tif, from_png);
+}

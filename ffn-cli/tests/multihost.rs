@@ -119,29 +119,7 @@ fn a_host_whose_link_goes_down_ends_the_job_with_an_error_naming_the_lost_rank()
         ],
     );
     let mut job = start_job(&hosts, 1, &args);
-    let ckpts = p.join("checkpoints");
-    let start = Instant::now();
-    while ffn_io::checkpoint::list_checkpoints(&ckpts)
-        .map(|l| l.len())
-        .unwrap_or(0)
-        < 1
-    {
-        if start.elapsed() > LIMIT
-            || job
-                .iter_mut()
-                .any(|c| c.try_wait().ok().flatten().is_some())
-        {
-            let errs: Vec<String> = job
-                .into_iter()
-                .map(|c| finish(c, LIMIT, "host").stderr)
-                .collect();
-            panic!(
-                "no checkpoint appeared; stderr of the hosts:\n{}",
-                errs.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_checkpoints(&mut job, &p, 1);
     hosts.cut_link(1);
     let cut = Instant::now();
     for (h, child) in job.into_iter().enumerate() {

@@ -32,11 +32,12 @@ pub struct Imported {
 pub struct StackImported {
     /// The volume.
     pub volume: Imported,
-    /// The slices, in z order.
+    /// The slice files, in z order (a TIFF file may hold several slices).
     pub slices: Vec<PathBuf>,
 }
 
-/// Imports the PNG slices of `source` (a folder or a pattern such as `maps/iso.*.png`) into
+/// Imports the PNG or TIFF slices of `source` (a folder, a pattern such as `maps/iso.*.png`, or one
+/// multi-page TIFF; see [`crate::stack`]) into
 /// `output` as `uint8`, only the box `region` when given.
 pub fn import_stack(
     source: &str,

@@ -34,6 +34,7 @@ pub mod slice_view;
 pub mod stack;
 pub mod synth;
 pub mod tf_bundle;
+pub mod tiff_pages;
 pub mod tile_store;
 pub mod tiled;
 pub mod training;

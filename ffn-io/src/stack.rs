@@ -1,6 +1,8 @@
-//! Image stacks: a folder (or a `*`/`?` pattern) of 2D 8-bit grayscale PNG slices, one per z, sorted
-//! by the number in the file name (`iso.2600.png` < `iso.2601.png` < `iso.10000.png`), imported into a
-//! 3D `uint8` volume with axes z,y,x (y = PNG row, x = PNG column).
+//! Image stacks: a folder (or a `*`/`?` pattern) of 2D 8-bit grayscale PNG or TIFF slices, sorted
+//! by the number in the file name (`iso.2600.png` < `iso.2601.png` < `iso.10000.png`), or one
+//! multi-page TIFF, imported into a 3D `uint8` volume with axes z,y,x (y = image row, x = column).
+//! Every page of a TIFF file is one z slice, so a folder of multi-page TIFFs (as microscopes write
+//! them, a block of slices per file) is read file by file, page by page.
 
 use crate::error::IoError;
 use crate::volume::{VolumeSpec, write_image_u8};
@@ -19,6 +21,21 @@ fn wildcard_match(pattern: &[char], name: &[char]) -> bool {
     }
 }
 
+/// Whether `name` is a slice file by its extension (`.png`, `.tif`, `.tiff`, any case).
+fn is_slice_file(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    [".png", ".tif", ".tiff"]
+        .iter()
+        .any(|ext| lower.ends_with(ext))
+}
+
+/// Whether `path` is read as a TIFF (by its extension).
+fn is_tiff(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"))
+}
+
 /// The number that orders a slice: the last run of digits in the file name (without extension).
 fn slice_number(path: &Path) -> Option<u64> {
     let stem = path.file_stem()?.to_str()?;
@@ -29,9 +46,10 @@ fn slice_number(path: &Path) -> Option<u64> {
     stem[start..end].parse().ok()
 }
 
-/// The slice files of `source`, in z order. `source` is a folder (all its `.png` files) or a pattern
-/// whose file-name part may hold `*` and `?` (e.g. `maps/iso.*.png`). Every file must carry a number
-/// in its name, and no two the same one.
+/// The slice files of `source`, in z order. `source` is a folder (all its `.png`, `.tif` and `.tiff`
+/// files), a pattern whose file-name part may hold `*` and `?` (e.g. `maps/iso.*.png`), or one
+/// (multi-page) TIFF file. With two or more files every file must carry a number in its name, and no
+/// two the same one.
 pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
     let err = |reason: String| IoError::Stack {
         source_desc: source.to_string(),
@@ -39,7 +57,9 @@ pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
     };
     let src = Path::new(source);
     let (dir, pattern): (PathBuf, Vec<char>) = if src.is_dir() {
-        (src.to_path_buf(), "*.png".chars().collect())
+        (src.to_path_buf(), "*".chars().collect())
+    } else if src.is_file() && is_tiff(src) {
+        return Ok(vec![src.to_path_buf()]);
     } else {
         let name = src
             .file_name()
@@ -47,7 +67,7 @@ pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
             .ok_or_else(|| err("no file name or pattern".into()))?;
         if !name.contains(['*', '?']) {
             return Err(if src.exists() {
-                err("expected a folder of PNG slices or a pattern such as 'dir/*.png', found a single file".into())
+                err("expected a folder of PNG or TIFF slices, a pattern such as 'dir/*.png' or one multi-page TIFF, found a single file that is not a TIFF".into())
             } else {
                 IoError::NotFound {
                     path: src.to_path_buf(),
@@ -61,26 +81,28 @@ pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
         (parent.to_path_buf(), name.chars().collect())
     };
     let entries = fs::read_dir(&dir).map_err(|e| IoError::os(&dir, e))?;
-    let mut found: Vec<(u64, PathBuf)> = Vec::new();
+    let mut found: Vec<(Option<u64>, PathBuf)> = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| IoError::os(&dir, e))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         let chars: Vec<char> = name.chars().collect();
-        let is_png = name.to_ascii_lowercase().ends_with(".png");
-        if !wildcard_match(&pattern, &chars) || !entry.path().is_file() || !is_png {
+        if !wildcard_match(&pattern, &chars) || !entry.path().is_file() || !is_slice_file(name) {
             continue;
         }
         let path = entry.path();
-        let n = slice_number(&path).ok_or_else(|| {
-            err(format!(
-                "slice '{name}' has no number in its name to order it by"
-            ))
-        })?;
-        found.push((n, path));
+        found.push((slice_number(&path), path));
     }
-    if found.is_empty() {
-        return Err(err("no PNG slices found".into()));
+    match found.as_slice() {
+        [] => return Err(err("no PNG or TIFF slices found".into())),
+        [(_, one)] => return Ok(vec![one.clone()]),
+        _ => {}
+    }
+    if let Some((_, path)) = found.iter().find(|(n, _)| n.is_none()) {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        return Err(err(format!(
+            "slice '{name}' has no number in its name to order it by"
+        )));
     }
     found.sort();
     if let Some(w) = found.windows(2).find(|w| w[0].0 == w[1].0) {
@@ -88,10 +110,24 @@ pub fn find_slices(source: &str) -> Result<Vec<PathBuf>, IoError> {
             "slices {} and {} carry the same number {}",
             w[0].1.display(),
             w[1].1.display(),
-            w[0].0
+            w[0].0.unwrap_or_default()
         )));
     }
     Ok(found.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Calls `slice(width, height, pixels)` for every z slice of the file `path`: its one image for a
+/// PNG, every page for a TIFF.
+fn for_each_slice(
+    path: &Path,
+    slice: &mut dyn FnMut(u32, u32, Vec<u8>) -> Result<(), IoError>,
+) -> Result<(), IoError> {
+    if is_tiff(path) {
+        crate::tiff_pages::for_each_page(path, slice)
+    } else {
+        let (w, h, pixels) = read_png_slice(path)?;
+        slice(w, h, pixels)
+    }
 }
 
 /// Largest expansion of deflate-compressed data (deflate's limit is about 1032:1), with headroom.
@@ -141,38 +177,42 @@ pub fn read_png_slice(path: &Path) -> Result<(u32, u32, Vec<u8>), IoError> {
     Ok((info.width, info.height, pixels))
 }
 
-/// Reads the slices (in the given order) into a volume `[z, y, x]`; every slice must have the size
-/// of the first one.
+/// Reads the slice files (in the given order; every page of a TIFF is one slice) into a volume
+/// `[z, y, x]`; every slice must have the size of the first one.
 pub fn read_stack(paths: &[PathBuf]) -> Result<Array3<u8>, IoError> {
     let first = paths.first().ok_or_else(|| IoError::Stack {
         source_desc: "image stack".into(),
         reason: "no slices given".into(),
     })?;
-    let (w, h, pixels) = read_png_slice(first)?;
-    let (wu, hu) = (w as usize, h as usize);
-    let bytes = crate::memory::bytes_of(&[paths.len(), hu, wu], 1);
-    crate::memory::check_allocation(&format!("the stack of {} slices", paths.len()), bytes)
-        .map_err(|reason| IoError::Stack {
-            source_desc: first.display().to_string(),
-            reason,
+    let mut size: Option<(u32, u32)> = None;
+    let mut slices = 0usize;
+    let mut data = Vec::new();
+    for path in paths {
+        for_each_slice(path, &mut |w, h, pixels| {
+            let (ew, eh) = *size.get_or_insert((w, h));
+            if (w, h) != (ew, eh) {
+                return Err(IoError::SliceSize {
+                    path: path.clone(),
+                    first: first.clone(),
+                    expected_w: ew,
+                    expected_h: eh,
+                    found_w: w,
+                    found_h: h,
+                });
+            }
+            let bytes = crate::memory::bytes_of(&[slices + 1, h as usize, w as usize], 1);
+            crate::memory::check_allocation(&format!("the stack of {} slices", slices + 1), bytes)
+                .map_err(|reason| IoError::Stack {
+                    source_desc: path.display().to_string(),
+                    reason,
+                })?;
+            data.extend_from_slice(&pixels);
+            slices += 1;
+            Ok(())
         })?;
-    let mut data = Vec::with_capacity(paths.len() * wu * hu);
-    data.extend_from_slice(&pixels);
-    for path in &paths[1..] {
-        let (sw, sh, pixels) = read_png_slice(path)?;
-        if (sw, sh) != (w, h) {
-            return Err(IoError::SliceSize {
-                path: path.clone(),
-                first: first.clone(),
-                expected_w: w,
-                expected_h: h,
-                found_w: sw,
-                found_h: sh,
-            });
-        }
-        data.extend_from_slice(&pixels);
     }
-    Array3::from_shape_vec((paths.len(), hu, wu), data).map_err(|e| IoError::Stack {
+    let (w, h) = size.unwrap_or((0, 0));
+    Array3::from_shape_vec((slices, h as usize, w as usize), data).map_err(|e| IoError::Stack {
         source_desc: first.display().to_string(),
         reason: e.to_string(),
     })
@@ -308,11 +348,68 @@ mod tests {
         let e = find_slices(dir.path().join("zz*.png").to_str().unwrap())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("no PNG slices found"), "{e}");
+        assert!(e.contains("no PNG or TIFF slices found"), "{e}");
         let e = find_slices(dir.path().join("missing").to_str().unwrap())
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing: file not found"), "{e}");
+    }
+
+    #[test]
+    fn tiff_slices_multi_page_files_and_png_give_the_same_volume() {
+        use crate::tiff_pages::tests::write_tiff;
+        let dir = tempfile::tempdir().unwrap();
+        let value = |z: u32, x: u32, y: u32| (z * 40 + y * 7 + x) as u8;
+        let (png_dir, tif_dir, blocks) = (
+            dir.path().join("png"),
+            dir.path().join("tif"),
+            dir.path().join("blocks"),
+        );
+        for d in [&png_dir, &tif_dir, &blocks] {
+            fs::create_dir(d).unwrap();
+        }
+        for z in 0..6u32 {
+            write_png(
+                &png_dir.join(format!("s{z}.png")),
+                5,
+                4,
+                png::ColorType::Grayscale,
+                |x, y| value(z, x, y),
+            );
+            write_tiff(&tif_dir.join(format!("s{z}.TIF")), 5, 4, 1, |_, x, y| {
+                value(z, x, y)
+            });
+        }
+        // Two files of three pages each, and the same six pages in one file.
+        for block in 0..2u32 {
+            write_tiff(
+                &blocks.join(format!("b{block}.tiff")),
+                5,
+                4,
+                3,
+                |p, x, y| value(block * 3 + p, x, y),
+            );
+        }
+        let one = dir.path().join("all.tif");
+        write_tiff(&one, 5, 4, 6, value);
+        let from_png = read_stack(&find_slices(png_dir.to_str().unwrap()).unwrap()).unwrap();
+        assert_eq!(from_png.shape(), [6, 4, 5]);
+        assert_eq!(from_png[[5, 3, 4]], value(5, 4, 3));
+        for src in [&tif_dir, &blocks, &one] {
+            let v = read_stack(&find_slices(src.to_str().unwrap()).unwrap()).unwrap();
+            assert_eq!(v, from_png, "{}", src.display());
+        }
+        // A multi-page file of another slice size is named.
+        write_tiff(&blocks.join("b2.tif"), 4, 4, 2, |_, _, _| 0);
+        let e = read_stack(&find_slices(blocks.to_str().unwrap()).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("b2.tif: slice of size 4x4"), "{e}");
+        // A single file that is not a TIFF is refused with what is expected.
+        let e = find_slices(png_dir.join("s0.png").to_str().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one multi-page TIFF"), "{e}");
     }
 
     /// A PNG chunk: length, type, data, CRC-32 of type and data.

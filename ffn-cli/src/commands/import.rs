@@ -23,7 +23,8 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Debug)]
 enum What {
-    /// A folder or pattern of 2D 8-bit grayscale PNG slices (one per z) into a uint8 volume.
+    /// A folder or pattern of 2D 8-bit grayscale PNG or TIFF slices (every TIFF page one z), or one
+    /// multi-page TIFF, into a uint8 volume.
     Stack(StackArgs),
     /// A label volume (any integer type; optionally supervoxels mapped to bodies) into a volume.
     Labels(LabelsArgs),
@@ -32,7 +33,8 @@ enum What {
 /// Arguments of `ffn import stack`.
 #[derive(clap::Args, Debug)]
 struct StackArgs {
-    /// Folder of PNG slices, or a pattern such as 'maps/iso.*.png' (quote it).
+    /// Folder of PNG / TIFF slices, a pattern such as 'maps/iso.*.png' (quote it), or one
+    /// multi-page TIFF file.
     source: Option<String>,
     /// Output volume, FILE.h5:DATASET (other datasets of the file are kept).
     #[arg(long, short)]
@@ -170,10 +172,11 @@ fn run_stack(args: StackArgs) -> Result<()> {
     let done = import_stack(&source, &output, args.region.parse()?)?;
     let (s, slices) = (done.volume.shape, &done.slices);
     println!(
-        "wrote {output}: uint8, shape {} x {} x {} (z,y,x) from {} slices ({} .. {}){}",
+        "wrote {output}: uint8, shape {} x {} x {} (z,y,x) from {} slices in {} file(s) ({} .. {}){}",
         s[0],
         s[1],
         s[2],
+        done.volume.full[0],
         slices.len(),
         slices
             .first()

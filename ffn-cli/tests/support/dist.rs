@@ -1,12 +1,12 @@
 //! Data of the data-parallel training tests, their runs on every backend, checkpoint comparison.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use ffn_io::checkpoint::{Checkpoint, load_checkpoint};
 
-use super::{FFN, ok, run};
+use super::{FFN, finish, ok, run};
 
 /// No test run may take longer than this (a hang is a failure, not a stuck CI job).
 pub const LIMIT: Duration = Duration::from_secs(240);
@@ -181,4 +181,33 @@ pub fn out_dir(dir: &Path, name: &str) -> (PathBuf, String) {
     let p = dir.join(name);
     let s = p.display().to_string();
     (p, s)
+}
+
+/// Waits until run directory `out` holds at least `n` checkpoints while `job` runs; panics with the
+/// processes' stderr when one of them exits first or [`LIMIT`] passes.
+pub fn wait_for_checkpoints(job: &mut Vec<Child>, out: &Path, n: usize) {
+    let ckpts = out.join("checkpoints");
+    let start = std::time::Instant::now();
+    while ffn_io::checkpoint::list_checkpoints(&ckpts)
+        .map(|l| l.len())
+        .unwrap_or(0)
+        < n
+    {
+        if start.elapsed() > LIMIT
+            || job
+                .iter_mut()
+                .any(|c| c.try_wait().ok().flatten().is_some())
+        {
+            let errs: Vec<String> = job
+                .drain(..)
+                .map(|c| finish(c, LIMIT, "training process").stderr)
+                .collect();
+            panic!(
+                "fewer than {n} checkpoints appeared in {}; stderr of the processes:\n{}",
+                out.display(),
+                errs.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
