@@ -17,10 +17,17 @@ pub fn parse_f32_list(text: &str, what: &str) -> Result<Vec<f32>> {
         .collect()
 }
 
-/// Parses `NAME:FILE:DATASET`, or `FILE:DATASET` named after the file's stem.
+/// Parses `NAME:FILE:DATASET` or `NAME:STORE.zarr/ARRAY`, or a spec without a name, named after
+/// the file's (store's) stem.
 pub fn parse_named_spec(s: &str) -> Result<(String, VolumeSpec)> {
+    let names_a_zarr = |rest: &str| {
+        rest.parse::<VolumeSpec>()
+            .is_ok_and(|v| v.format == ffn_io::VolumeFormat::Zarr)
+    };
     let (name, rest) = match s.split_once(':') {
-        Some((name, rest)) if rest.contains(':') => (name.to_string(), rest),
+        Some((name, rest)) if !name.contains('/') && (rest.contains(':') || names_a_zarr(rest)) => {
+            (name.to_string(), rest)
+        }
         _ => {
             let spec: VolumeSpec = s.parse()?;
             let name = spec
@@ -62,5 +69,11 @@ mod tests {
         assert_eq!((n.as_str(), s.dataset.as_str()), ("a", "raw"));
         assert_eq!(parse_named_spec("dir/vol.h5:raw").unwrap().0, "vol");
         assert!(parse_named_spec(":x.h5:raw").is_err());
+        let (n, s) = parse_named_spec("fib:d/v.zarr/raw").unwrap();
+        assert_eq!(
+            (n.as_str(), s.to_string().as_str()),
+            ("fib", "d/v.zarr/raw")
+        );
+        assert_eq!(parse_named_spec("d/v.zarr/raw").unwrap().0, "v");
     }
 }

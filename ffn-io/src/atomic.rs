@@ -66,6 +66,44 @@ pub fn replace_file<E: From<IoError>>(
     result
 }
 
+/// [`replace_file`] for a folder (a Zarr array is a folder of chunk files): `write` fills the
+/// temporary folder path (which does not exist yet); when it succeeds, an existing `path` is moved
+/// aside, the new folder renamed into place, and the old one removed. A failure of `write` removes
+/// the temporary folder and leaves `path` untouched.
+///
+/// # Errors
+/// The parent folder does not exist, `write`'s error, or a rename failed.
+pub fn replace_dir<E: From<IoError>>(
+    path: &Path,
+    write: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<(), E> {
+    let dir = parent_dir(path);
+    fs::metadata(&dir).map_err(|e| IoError::os(&dir, e))?;
+    let tmp = temp_path(path);
+    if let Err(e) = write(&tmp) {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    let old = path.exists().then(|| temp_path(path));
+    if let Some(old) = &old {
+        fs::rename(path, old).map_err(|e| IoError::os(path, e))?;
+    }
+    if let Err(e) = fs::rename(&tmp, path) {
+        if let Some(old) = &old {
+            let _ = fs::rename(old, path);
+        }
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(IoError::os(path, e).into());
+    }
+    if let Some(old) = &old {
+        let _ = fs::remove_dir_all(old);
+    }
+    fs::File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| IoError::os(&dir, e))?;
+    Ok(())
+}
+
 /// Writes `bytes` to `path` atomically (see [`replace_file`]).
 ///
 /// # Errors
@@ -132,6 +170,29 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("disk full"), "{err}");
         assert_eq!(fs::read(&path).unwrap(), b"old");
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_folder_is_replaced_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.zarr");
+        let fill = |text: &'static [u8]| {
+            move |tmp: &Path| -> Result<(), IoError> {
+                fs::create_dir(tmp).map_err(|e| IoError::os(tmp, e))?;
+                fs::write(tmp.join("c"), text).map_err(|e| IoError::os(tmp, e))
+            }
+        };
+        replace_dir(&path, fill(b"one")).unwrap();
+        replace_dir(&path, fill(b"two")).unwrap();
+        assert_eq!(fs::read(path.join("c")).unwrap(), b"two");
+        let err = replace_dir(&path, |tmp| {
+            fill(b"half")(tmp)?;
+            Err(IoError::os(tmp, io::Error::other("disk full")))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("disk full"), "{err}");
+        assert_eq!(fs::read(path.join("c")).unwrap(), b"two");
         assert!(leftovers(dir.path()).is_empty());
     }
 

@@ -50,7 +50,9 @@ pub enum IoError {
         source: std::io::Error,
     },
     /// A `file.h5:dataset` argument that cannot be parsed.
-    #[error("invalid volume '{spec}': {reason} (expected FILE:DATASET, e.g. raw.h5:raw)")]
+    #[error(
+        "invalid volume '{spec}': {reason} (expected FILE:DATASET, e.g. raw.h5:raw, or STORE.zarr/ARRAY, e.g. raw.zarr/raw)"
+    )]
     InvalidSpec {
         /// The text given by the user.
         spec: String,
@@ -157,6 +159,14 @@ pub enum IoError {
     #[error("{spec}: HDF5 error: {detail}")]
     Hdf5 {
         /// `file:dataset` or the file.
+        spec: String,
+        /// The library's message.
+        detail: String,
+    },
+    /// An error reported by the Zarr library (a damaged array, an unsupported codec, ...).
+    #[error("{spec}: Zarr error: {detail}")]
+    Zarr {
+        /// `store.zarr/array`.
         spec: String,
         /// The library's message.
         detail: String,

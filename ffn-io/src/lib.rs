@@ -40,6 +40,7 @@ pub mod tiled;
 pub mod training;
 pub mod volume;
 pub mod xyz;
+pub mod zarr_store;
 
 pub use checkpoint::{Checkpoint, load_checkpoint, save_checkpoint};
 pub use error::IoError;
@@ -49,9 +50,9 @@ pub use normalisation::{ChosenNormalisation, NormalisationChoice};
 pub use picture::write_rgb_png;
 pub use request::{InferenceRequest, load_inference_request, parse_inference_request};
 pub use volume::{
-    VolumeSpec, check_same_shape, dataset_dtype, dataset_shape, list_datasets, read_image_f32,
-    read_image_f32_region, read_image_u8, read_image_u8_region, read_labels, read_labels_region,
-    write_image_f32, write_image_u8, write_labels,
+    VolumeFormat, VolumeSpec, check_same_shape, dataset_dtype, dataset_shape, list_datasets,
+    read_image_f32, read_image_f32_region, read_image_u8, read_image_u8_region, read_labels,
+    read_labels_region, write_image_f32, write_image_u8, write_labels,
 };
 
 /// The version of this crate, as written in its manifest.

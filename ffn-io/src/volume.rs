@@ -1,4 +1,6 @@
-//! 3D volumes in HDF5 files, named `file.h5:dataset` as in google/ffn.
+//! 3D volumes in HDF5 files, named `file.h5:dataset` as in google/ffn, and in Zarr stores, named
+//! `store.zarr/array` ([`crate::zarr_store`]). Every function here takes either kind of
+//! [`VolumeSpec`], so every command reads and writes both.
 //!
 //! Axes are **z, y, x** on disk and in memory (`Array3` index `[z, y, x]`), the layout google/ffn and
 //! the FlyEM data use. Images are `u8` or `f32`; labels may be stored as any signed or unsigned
@@ -20,13 +22,27 @@ pub const CHUNK_EDGE: usize = 32;
 /// Deflate level of written datasets.
 pub const DEFLATE_LEVEL: u8 = 4;
 
-/// A dataset inside an HDF5 file, written `file.h5:dataset` (the dataset may contain `/` groups).
+/// How a volume is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VolumeFormat {
+    /// A dataset of an HDF5 file: `file.h5:dataset`.
+    Hdf5,
+    /// An array of a Zarr (v3 or v2) folder store: `store.zarr/array`, or `store.zarr` for the
+    /// array at the store's root.
+    Zarr,
+}
+
+/// A volume: a dataset inside an HDF5 file, written `file.h5:dataset` (the dataset may contain `/`
+/// groups), or an array inside a Zarr store, written `store.zarr/array` (any path whose component
+/// ends in `.zarr` names a store; what follows it is the array's path inside).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct VolumeSpec {
-    /// The HDF5 file.
+    /// The HDF5 file, or the Zarr store's folder.
     pub path: PathBuf,
-    /// The dataset inside it, e.g. `raw` or `volumes/labels`.
+    /// The dataset inside it, e.g. `raw` or `volumes/labels` (empty: a Zarr store's root array).
     pub dataset: String,
+    /// HDF5 or Zarr.
+    pub format: VolumeFormat,
 }
 
 impl VolumeSpec {
@@ -58,30 +74,56 @@ impl VolumeSpec {
         Ok(())
     }
 
-    /// A spec from its two parts.
+    /// A spec from its two parts: a Zarr array when `path` ends in `.zarr`, else an HDF5 dataset.
     pub fn new(path: impl Into<PathBuf>, dataset: impl Into<String>) -> Self {
+        let path = path.into();
+        let format = if is_zarr_store_name(&path.to_string_lossy()) {
+            VolumeFormat::Zarr
+        } else {
+            VolumeFormat::Hdf5
+        };
         Self {
-            path: path.into(),
-            dataset: dataset.into(),
+            path,
+            dataset: dataset.into().trim_matches('/').to_string(),
+            format,
         }
     }
 }
 
+/// Whether a path component names a Zarr store (`name.zarr`, `name.ome.zarr`).
+fn is_zarr_store_name(component: &str) -> bool {
+    let c = component.trim_end_matches('/');
+    c.len() > ".zarr".len() && c.to_ascii_lowercase().ends_with(".zarr")
+}
+
 impl fmt::Display for VolumeSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.path.display(), self.dataset)
+        match self.format {
+            VolumeFormat::Hdf5 => write!(f, "{}:{}", self.path.display(), self.dataset),
+            VolumeFormat::Zarr if self.dataset.is_empty() => write!(f, "{}", self.path.display()),
+            VolumeFormat::Zarr => write!(f, "{}/{}", self.path.display(), self.dataset),
+        }
     }
 }
 
 impl FromStr for VolumeSpec {
     type Err = IoError;
 
-    /// Parses `file.h5:dataset`; the split is at the last `:`.
+    /// Parses `store.zarr/array` (the first path component ending in `.zarr` is the store) or
+    /// `file.h5:dataset` (the split is at the last `:`).
     fn from_str(s: &str) -> Result<Self, IoError> {
         let bad = |reason: &str| IoError::InvalidSpec {
             spec: s.to_string(),
             reason: reason.into(),
         };
+        let mut store_end = 0;
+        for part in s.split('/') {
+            store_end += part.len();
+            if is_zarr_store_name(part) {
+                return Ok(Self::new(&s[..store_end], &s[store_end..]));
+            }
+            store_end += 1;
+        }
         let (file, dataset) = s
             .rsplit_once(':')
             .ok_or_else(|| bad("no ':' between file and dataset"))?;
@@ -105,6 +147,142 @@ fn dtype_name(d: &TypeDescriptor) -> String {
         TypeDescriptor::Float(FloatSize::U4) => "float32".into(),
         TypeDescriptor::Float(FloatSize::U8) => "float64".into(),
         other => format!("{other}"),
+    }
+}
+
+/// The element types of volumes that ffn-rs reads and writes, whatever the format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Element {
+    U8,
+    U16,
+    U32,
+    U64,
+    I8,
+    I16,
+    I32,
+    I64,
+    F32,
+    F64,
+}
+
+impl Element {
+    /// The short name (`uint8`, `int64`, `float32`, ...).
+    fn name(self) -> &'static str {
+        match self {
+            Element::U8 => "uint8",
+            Element::U16 => "uint16",
+            Element::U32 => "uint32",
+            Element::U64 => "uint64",
+            Element::I8 => "int8",
+            Element::I16 => "int16",
+            Element::I32 => "int32",
+            Element::I64 => "int64",
+            Element::F32 => "float32",
+            Element::F64 => "float64",
+        }
+    }
+
+    /// The element type of an HDF5 type, or its name when ffn-rs does not read it.
+    fn of_hdf5(d: &TypeDescriptor) -> Result<Element, String> {
+        Ok(match d {
+            TypeDescriptor::Unsigned(IntSize::U1) => Element::U8,
+            TypeDescriptor::Unsigned(IntSize::U2) => Element::U16,
+            TypeDescriptor::Unsigned(IntSize::U4) => Element::U32,
+            TypeDescriptor::Unsigned(IntSize::U8) => Element::U64,
+            TypeDescriptor::Integer(IntSize::U1) => Element::I8,
+            TypeDescriptor::Integer(IntSize::U2) => Element::I16,
+            TypeDescriptor::Integer(IntSize::U4) => Element::I32,
+            TypeDescriptor::Integer(IntSize::U8) => Element::I64,
+            TypeDescriptor::Float(FloatSize::U4) => Element::F32,
+            TypeDescriptor::Float(FloatSize::U8) => Element::F64,
+            other => return Err(dtype_name(other)),
+        })
+    }
+}
+
+/// A Rust type stored as one [`Element`] in every format.
+pub(crate) trait Sample:
+    H5Type + Clone + Copy + Default + zarrs::array::Element + zarrs::array::ElementOwned
+{
+    /// Its element type.
+    const ELEMENT: Element;
+}
+
+macro_rules! samples {
+    ($($t:ty => $e:ident),*) => {
+        $(impl Sample for $t {
+            const ELEMENT: Element = Element::$e;
+        })*
+    };
+}
+samples!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32 => I32,
+    i64 => I64, f32 => F32, f64 => F64);
+
+/// An open volume of either format.
+enum Opened {
+    Hdf5(Dataset),
+    Zarr(crate::zarr_store::ZarrArray),
+}
+
+impl Opened {
+    /// Opens the volume of `spec`.
+    fn open(spec: &VolumeSpec) -> Result<Self, IoError> {
+        Ok(match spec.format {
+            VolumeFormat::Hdf5 => Opened::Hdf5(open_dataset(spec)?),
+            VolumeFormat::Zarr => Opened::Zarr(crate::zarr_store::open(spec)?),
+        })
+    }
+
+    /// The shape, z,y,x; another rank is an error.
+    fn shape(&self, spec: &VolumeSpec) -> Result<[usize; 3], IoError> {
+        match self {
+            Opened::Hdf5(ds) => check_rank3(spec, &ds.shape()),
+            Opened::Zarr(a) => check_rank3(spec, &a.shape()),
+        }
+    }
+
+    /// The element type, or the name of a type ffn-rs does not read.
+    fn element(&self, spec: &VolumeSpec) -> Result<Result<Element, String>, IoError> {
+        Ok(match self {
+            Opened::Hdf5(ds) => Element::of_hdf5(&element_type(spec, ds)?),
+            Opened::Zarr(a) => a.element(),
+        })
+    }
+
+    /// Reads the whole volume or a region of it as `T` (the volume's own element type), checking
+    /// the region's bounds and the memory it needs first.
+    fn read<T: Sample>(&self, spec: &VolumeSpec, region: Region) -> Result<Array3<T>, IoError> {
+        let full = self.shape(spec)?;
+        let (o, n) = region.unwrap_or(([0; 3], full));
+        let fits = (0..3).all(|i| o[i].checked_add(n[i]).is_some_and(|end| end <= full[i]));
+        if !fits {
+            return Err(IoError::RegionOutOfBounds {
+                spec: spec.to_string(),
+                offset: o,
+                shape: n,
+                dataset_shape: full.to_vec(),
+            });
+        }
+        let bytes = crate::memory::bytes_of(&n, std::mem::size_of::<T>());
+        crate::memory::check_allocation(&format!("reading {n:?} (z,y,x) voxels"), bytes).map_err(
+            |reason| IoError::TooLarge {
+                spec: spec.to_string(),
+                reason,
+            },
+        )?;
+        if n.contains(&0) {
+            return Ok(Array3::default((n[0], n[1], n[2])));
+        }
+        match self {
+            Opened::Hdf5(ds) => ds
+                .read_slice::<T, _, ndarray::Ix3>(s![
+                    o[0]..o[0] + n[0],
+                    o[1]..o[1] + n[1],
+                    o[2]..o[2] + n[2]
+                ])
+                .map_err(|e| hdf5_err(spec, e)),
+            Opened::Zarr(a) => a.read::<T>(spec, o, n),
+        }
     }
 }
 
@@ -195,16 +373,17 @@ fn check_rank3(spec: &VolumeSpec, shape: &[usize]) -> Result<[usize; 3], IoError
     }
 }
 
-/// Shape `[z, y, x]` of a 3D dataset, without reading it.
+/// Shape `[z, y, x]` of a 3D volume, without reading it.
 pub fn dataset_shape(spec: &VolumeSpec) -> Result<[usize; 3], IoError> {
-    let ds = open_dataset(spec)?;
-    check_rank3(spec, &ds.shape())
+    Opened::open(spec)?.shape(spec)
 }
 
-/// Element type of a dataset as a short name (`uint8`, `int64`, `float32`, ...).
+/// Element type of a volume as a short name (`uint8`, `int64`, `float32`, ...).
 pub fn dataset_dtype(spec: &VolumeSpec) -> Result<String, IoError> {
-    let ds = open_dataset(spec)?;
-    Ok(dtype_name(&element_type(spec, &ds)?))
+    Ok(match Opened::open(spec)?.element(spec)? {
+        Ok(e) => e.name().to_string(),
+        Err(other) => other,
+    })
 }
 
 /// Fails with [`IoError::ShapeMismatch`] unless the two volumes have one shape (e.g. image and labels).
@@ -229,45 +408,6 @@ pub fn check_same_shape(
 /// A sub-volume request: `None` means the whole dataset.
 type Region = Option<([usize; 3], [usize; 3])>;
 
-fn read_typed<T: H5Type + Clone + Default>(
-    spec: &VolumeSpec,
-    ds: &Dataset,
-    region: Region,
-) -> Result<Array3<T>, IoError> {
-    let full = check_rank3(spec, &ds.shape())?;
-    let dims = region.map_or(full, |(_, n)| n);
-    let bytes = crate::memory::bytes_of(&dims, std::mem::size_of::<T>());
-    crate::memory::check_allocation(&format!("reading {dims:?} (z,y,x) voxels"), bytes).map_err(
-        |reason| IoError::TooLarge {
-            spec: spec.to_string(),
-            reason,
-        },
-    )?;
-    let result = match region {
-        None => ds.read::<T, ndarray::Ix3>(),
-        Some((o, n)) => {
-            let fits = (0..3).all(|i| o[i].checked_add(n[i]).is_some_and(|end| end <= full[i]));
-            if !fits {
-                return Err(IoError::RegionOutOfBounds {
-                    spec: spec.to_string(),
-                    offset: o,
-                    shape: n,
-                    dataset_shape: full.to_vec(),
-                });
-            }
-            if n.contains(&0) {
-                return Ok(Array3::default((n[0], n[1], n[2])));
-            }
-            ds.read_slice::<T, _, ndarray::Ix3>(s![
-                o[0]..o[0] + n[0],
-                o[1]..o[1] + n[1],
-                o[2]..o[2] + n[2]
-            ])
-        }
-    };
-    result.map_err(|e| hdf5_err(spec, e))
-}
-
 fn check_finite<T: Copy + Into<f64>>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
     for ((z, y, x), &value) in v.indexed_iter() {
         let value: f64 = value.into();
@@ -282,28 +422,37 @@ fn check_finite<T: Copy + Into<f64>>(spec: &VolumeSpec, v: &Array3<T>) -> Result
     Ok(())
 }
 
+fn wrong_type(spec: &VolumeSpec, expected: &str, found: Result<Element, String>) -> IoError {
+    IoError::WrongDtype {
+        spec: spec.to_string(),
+        expected: expected.into(),
+        found: match found {
+            Ok(e) => e.name().to_string(),
+            Err(name) => name,
+        },
+    }
+}
+
 fn read_image_f32_impl(spec: &VolumeSpec, region: Region) -> Result<Array3<f32>, IoError> {
-    let ds = open_dataset(spec)?;
-    check_rank3(spec, &ds.shape())?;
-    match element_type(spec, &ds)? {
-        TypeDescriptor::Unsigned(IntSize::U1) => {
-            Ok(read_typed::<u8>(spec, &ds, region)?.mapv(f32::from))
+    let v = Opened::open(spec)?;
+    v.shape(spec)?;
+    match v.element(spec)? {
+        Ok(Element::U8) => Ok(v.read::<u8>(spec, region)?.mapv(f32::from)),
+        Ok(Element::F32) => {
+            let a = v.read::<f32>(spec, region)?;
+            check_finite(spec, &a)?;
+            Ok(a)
         }
-        TypeDescriptor::Float(FloatSize::U4) => {
-            let v = read_typed::<f32>(spec, &ds, region)?;
-            check_finite(spec, &v)?;
-            Ok(v)
+        Ok(Element::F64) => {
+            let a = v.read::<f64>(spec, region)?;
+            check_finite(spec, &a)?;
+            Ok(a.mapv(|x| x as f32))
         }
-        TypeDescriptor::Float(FloatSize::U8) => {
-            let v = read_typed::<f64>(spec, &ds, region)?;
-            check_finite(spec, &v)?;
-            Ok(v.mapv(|x| x as f32))
-        }
-        other => Err(IoError::WrongDtype {
-            spec: spec.to_string(),
-            expected: "an image of uint8, float32 or float64".into(),
-            found: dtype_name(&other),
-        }),
+        other => Err(wrong_type(
+            spec,
+            "an image of uint8, float32 or float64",
+            other,
+        )),
     }
 }
 
@@ -324,15 +473,11 @@ pub fn read_image_f32_region(
 }
 
 fn read_image_u8_impl(spec: &VolumeSpec, region: Region) -> Result<Array3<u8>, IoError> {
-    let ds = open_dataset(spec)?;
-    check_rank3(spec, &ds.shape())?;
-    match element_type(spec, &ds)? {
-        TypeDescriptor::Unsigned(IntSize::U1) => read_typed::<u8>(spec, &ds, region),
-        other => Err(IoError::WrongDtype {
-            spec: spec.to_string(),
-            expected: "an image of uint8".into(),
-            found: dtype_name(&other),
-        }),
+    let v = Opened::open(spec)?;
+    v.shape(spec)?;
+    match v.element(spec)? {
+        Ok(Element::U8) => v.read::<u8>(spec, region),
+        other => Err(wrong_type(spec, "an image of uint8", other)),
     }
 }
 
@@ -350,47 +495,47 @@ pub fn read_image_u8_region(
     read_image_u8_impl(spec, Some((offset_zyx, shape_zyx)))
 }
 
-fn unsigned_to_u64<T: H5Type + Copy + Default + Into<u64>>(
+fn unsigned_to_u64<T: Sample + Into<u64>>(
     spec: &VolumeSpec,
-    ds: &Dataset,
+    v: &Opened,
     region: Region,
 ) -> Result<Array3<u64>, IoError> {
-    Ok(read_typed::<T>(spec, ds, region)?.mapv(Into::into))
+    Ok(v.read::<T>(spec, region)?.mapv(Into::into))
 }
 
-fn signed_to_u64<T: H5Type + Copy + Default + Into<i64>>(
+fn signed_to_u64<T: Sample + Into<i64>>(
     spec: &VolumeSpec,
-    ds: &Dataset,
+    v: &Opened,
     region: Region,
 ) -> Result<Array3<u64>, IoError> {
-    let v = read_typed::<T>(spec, ds, region)?;
-    if let Some(((z, y, x), &value)) = v.indexed_iter().find(|(_, value)| (**value).into() < 0) {
+    let a = v.read::<T>(spec, region)?;
+    if let Some(((z, y, x), &value)) = a.indexed_iter().find(|(_, value)| (**value).into() < 0) {
         return Err(IoError::NegativeLabel {
             spec: spec.to_string(),
             index: vec![z, y, x],
             value: value.into(),
         });
     }
-    Ok(v.mapv(|value| value.into() as u64))
+    Ok(a.mapv(|value| value.into() as u64))
 }
 
 fn read_labels_impl(spec: &VolumeSpec, region: Region) -> Result<Array3<u64>, IoError> {
-    let ds = open_dataset(spec)?;
-    check_rank3(spec, &ds.shape())?;
-    match element_type(spec, &ds)? {
-        TypeDescriptor::Unsigned(IntSize::U1) => unsigned_to_u64::<u8>(spec, &ds, region),
-        TypeDescriptor::Unsigned(IntSize::U2) => unsigned_to_u64::<u16>(spec, &ds, region),
-        TypeDescriptor::Unsigned(IntSize::U4) => unsigned_to_u64::<u32>(spec, &ds, region),
-        TypeDescriptor::Unsigned(IntSize::U8) => unsigned_to_u64::<u64>(spec, &ds, region),
-        TypeDescriptor::Integer(IntSize::U1) => signed_to_u64::<i8>(spec, &ds, region),
-        TypeDescriptor::Integer(IntSize::U2) => signed_to_u64::<i16>(spec, &ds, region),
-        TypeDescriptor::Integer(IntSize::U4) => signed_to_u64::<i32>(spec, &ds, region),
-        TypeDescriptor::Integer(IntSize::U8) => signed_to_u64::<i64>(spec, &ds, region),
-        other => Err(IoError::WrongDtype {
-            spec: spec.to_string(),
-            expected: "labels of an integer type (uint8..uint64, int8..int64)".into(),
-            found: dtype_name(&other),
-        }),
+    let v = Opened::open(spec)?;
+    v.shape(spec)?;
+    match v.element(spec)? {
+        Ok(Element::U8) => unsigned_to_u64::<u8>(spec, &v, region),
+        Ok(Element::U16) => unsigned_to_u64::<u16>(spec, &v, region),
+        Ok(Element::U32) => unsigned_to_u64::<u32>(spec, &v, region),
+        Ok(Element::U64) => unsigned_to_u64::<u64>(spec, &v, region),
+        Ok(Element::I8) => signed_to_u64::<i8>(spec, &v, region),
+        Ok(Element::I16) => signed_to_u64::<i16>(spec, &v, region),
+        Ok(Element::I32) => signed_to_u64::<i32>(spec, &v, region),
+        Ok(Element::I64) => signed_to_u64::<i64>(spec, &v, region),
+        other => Err(wrong_type(
+            spec,
+            "labels of an integer type (uint8..uint64, int8..int64)",
+            other,
+        )),
     }
 }
 
@@ -448,8 +593,13 @@ fn prepare_write(spec: &VolumeSpec, tmp: &Path) -> Result<(File, hdf5::Group, St
 /// are written into a copy of the file (or a new file) under a temporary name, which replaces the
 /// file only when complete ([`crate::atomic::replace_file`]). A failure (full disk, file-size
 /// limit, kill) leaves the old file as it was.
-fn write_typed<T: H5Type + Clone>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
-    crate::atomic::replace_file(&spec.path, |tmp| write_typed_into(spec, tmp, v))
+fn write_typed<T: Sample>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
+    match spec.format {
+        VolumeFormat::Hdf5 => {
+            crate::atomic::replace_file(&spec.path, |tmp| write_typed_into(spec, tmp, v))
+        }
+        VolumeFormat::Zarr => crate::zarr_store::write(spec, v),
+    }
 }
 
 fn write_typed_into<T: H5Type + Clone>(

@@ -1,0 +1,306 @@
+//! Zarr arrays in a folder store through the `zarrs` crate: Zarr v3 and v2 arrays are read (any
+//! codec zarrs has: blosc, gzip, zstd, sharding, ...), arrays are written as Zarr v3 with
+//! `[z, y, x]` dimension names, 64^3 chunks (capped by the shape) and zstd. Writes are whole or
+//! nothing ([`crate::atomic::replace_dir`]); the groups above a new array get group metadata when
+//! they have none, so that other Zarr clients see the hierarchy.
+//!
+//! A spec names the store folder (ending in `.zarr`) and the array inside it
+//! (`out.zarr/labels`, or `out.zarr` for an array at the store's root); see
+//! [`crate::volume::VolumeSpec`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ndarray::{Array3, Ix3};
+use zarrs::array::codec::ZstdCodec;
+use zarrs::array::{Array, ArrayBuilder, DataType, data_type};
+use zarrs::filesystem::FilesystemStore;
+use zarrs::group::GroupBuilder;
+use zarrs::metadata::FillValueMetadata;
+
+use crate::error::IoError;
+use crate::volume::{Element, Sample, VolumeSpec};
+
+/// Edge of the chunks of written arrays (per axis, capped by the axis length).
+pub const ZARR_CHUNK_EDGE: u64 = 64;
+/// zstd level of written arrays.
+pub const ZSTD_LEVEL: i32 = 3;
+
+/// An open Zarr array.
+pub(crate) struct ZarrArray {
+    array: Array<FilesystemStore>,
+}
+
+fn zarr_err(spec: &VolumeSpec, detail: impl std::fmt::Display) -> IoError {
+    IoError::Zarr {
+        spec: spec.to_string(),
+        detail: crate::error::one_line(&detail.to_string()),
+    }
+}
+
+/// The node path of `dataset` inside the store (`/` for the root).
+fn node_path(dataset: &str) -> String {
+    format!("/{}", dataset.trim_matches('/'))
+}
+
+fn store(spec: &VolumeSpec, root: &Path) -> Result<Arc<FilesystemStore>, IoError> {
+    FilesystemStore::new(root)
+        .map(Arc::new)
+        .map_err(|e| zarr_err(spec, e))
+}
+
+/// Opens the array of `spec` (a missing store is "file not found").
+pub(crate) fn open(spec: &VolumeSpec) -> Result<ZarrArray, IoError> {
+    std::fs::metadata(&spec.path).map_err(|e| IoError::os(&spec.path, e))?;
+    let array = Array::open(store(spec, &spec.path)?, &node_path(&spec.dataset))
+        .map_err(|e| zarr_err(spec, format!("not a readable Zarr array: {e}")))?;
+    Ok(ZarrArray { array })
+}
+
+/// The Zarr data type of an element type.
+fn zarr_type(e: Element) -> DataType {
+    match e {
+        Element::U8 => data_type::uint8(),
+        Element::U16 => data_type::uint16(),
+        Element::U32 => data_type::uint32(),
+        Element::U64 => data_type::uint64(),
+        Element::I8 => data_type::int8(),
+        Element::I16 => data_type::int16(),
+        Element::I32 => data_type::int32(),
+        Element::I64 => data_type::int64(),
+        Element::F32 => data_type::float32(),
+        Element::F64 => data_type::float64(),
+    }
+}
+
+const ELEMENTS: [Element; 10] = [
+    Element::U8,
+    Element::U16,
+    Element::U32,
+    Element::U64,
+    Element::I8,
+    Element::I16,
+    Element::I32,
+    Element::I64,
+    Element::F32,
+    Element::F64,
+];
+
+impl ZarrArray {
+    /// The array's shape.
+    pub(crate) fn shape(&self) -> Vec<usize> {
+        self.array.shape().iter().map(|&n| n as usize).collect()
+    }
+
+    /// The element type, or the Zarr name of one ffn-rs does not read.
+    pub(crate) fn element(&self) -> Result<Element, String> {
+        let dt = self.array.data_type();
+        ELEMENTS
+            .into_iter()
+            .find(|e| zarr_type(*e) == *dt)
+            .ok_or_else(|| dt.to_string())
+    }
+
+    /// Reads the box `offset .. offset + shape` (z,y,x; checked by the caller) as `T`, which must be
+    /// the array's element type.
+    pub(crate) fn read<T: Sample>(
+        &self,
+        spec: &VolumeSpec,
+        offset: [usize; 3],
+        shape: [usize; 3],
+    ) -> Result<Array3<T>, IoError> {
+        let range = |i: usize| offset[i] as u64..(offset[i] + shape[i]) as u64;
+        let subset = [range(0), range(1), range(2)];
+        let data: ndarray::ArrayD<T> = self
+            .array
+            .retrieve_array_subset(&subset)
+            .map_err(|e| zarr_err(spec, e))?;
+        data.into_dimensionality::<Ix3>()
+            .map_err(|e| zarr_err(spec, e))
+    }
+}
+
+/// Gives the store root and every group on the way to the array of `spec` group metadata where
+/// they have none (a new store becomes a Zarr v3 hierarchy).
+fn ensure_groups(spec: &VolumeSpec) -> Result<(), IoError> {
+    std::fs::create_dir_all(&spec.path).map_err(|e| IoError::os(&spec.path, e))?;
+    let parts: Vec<&str> = spec.dataset.split('/').filter(|p| !p.is_empty()).collect();
+    let Some((_, groups)) = parts.split_last() else {
+        return Ok(());
+    };
+    let st = store(spec, &spec.path)?;
+    let mut path = spec.path.clone();
+    let mut node = String::new();
+    for g in std::iter::once(&"").chain(groups) {
+        if !g.is_empty() {
+            path.push(g);
+            node.push('/');
+            node.push_str(g);
+        }
+        let has_metadata = ["zarr.json", ".zgroup"]
+            .iter()
+            .any(|m| path.join(m).exists());
+        if !has_metadata {
+            let node = if node.is_empty() { "/" } else { &node };
+            GroupBuilder::new()
+                .build(st.clone(), node)
+                .and_then(|group| group.store_metadata().map_err(Into::into))
+                .map_err(|e| {
+                    zarr_err(spec, format!("writing the group metadata of {node}: {e}"))
+                })?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `v` as the array of `spec` (Zarr v3, element type `T`), replacing an array of that name;
+/// other arrays of the store are kept.
+pub(crate) fn write<T: Sample>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
+    ensure_groups(spec)?;
+    let target = spec.path.join(spec.dataset.trim_matches('/'));
+    let target = if spec.dataset.trim_matches('/').is_empty() {
+        spec.path.clone()
+    } else {
+        target
+    };
+    crate::atomic::replace_dir(&target, |tmp| {
+        std::fs::create_dir(tmp).map_err(|e| IoError::os(tmp, e))?;
+        let shape: Vec<u64> = v.shape().iter().map(|&n| n as u64).collect();
+        let chunks: Vec<u64> = shape.iter().map(|&n| n.clamp(1, ZARR_CHUNK_EDGE)).collect();
+        let fill = if matches!(T::ELEMENT, Element::F32 | Element::F64) {
+            FillValueMetadata::from(0.0f64)
+        } else {
+            FillValueMetadata::from(0u64)
+        };
+        let array = ArrayBuilder::new(shape.clone(), chunks, zarr_type(T::ELEMENT), fill)
+            .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(ZSTD_LEVEL, false))])
+            .dimension_names(Some(["z", "y", "x"]))
+            .build(store(spec, tmp)?, "/")
+            .map_err(|e| zarr_err(spec, e))?;
+        array.store_metadata().map_err(|e| zarr_err(spec, e))?;
+        if !shape.contains(&0) {
+            let all = [0..shape[0], 0..shape[1], 0..shape[2]];
+            array
+                .store_array_subset(&all, &v.as_standard_layout())
+                .map_err(|e| zarr_err(spec, e))?;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::volume::*;
+    use ndarray::{Array3, s};
+
+    fn ramp<T>(shape: (usize, usize, usize), f: impl Fn(usize) -> T) -> Array3<T> {
+        let n = shape.0 * shape.1 * shape.2;
+        Array3::from_shape_vec(shape, (0..n).map(f).collect()).unwrap()
+    }
+
+    #[test]
+    fn specs_name_the_store_and_the_array() {
+        let s: VolumeSpec = "/d/seg.zarr/labels/v1".parse().unwrap();
+        assert_eq!(s.format, VolumeFormat::Zarr);
+        assert_eq!(
+            (s.path.to_str().unwrap(), s.dataset.as_str()),
+            ("/d/seg.zarr", "labels/v1")
+        );
+        assert_eq!(s.to_string(), "/d/seg.zarr/labels/v1");
+        let root: VolumeSpec = "img.ome.zarr".parse().unwrap();
+        assert_eq!(
+            (root.format, root.dataset.as_str()),
+            (VolumeFormat::Zarr, "")
+        );
+        assert_eq!(
+            VolumeSpec::new("a/b.zarr", "raw"),
+            "a/b.zarr/raw".parse().unwrap()
+        );
+        let h5: VolumeSpec = "a.zarr.h5:raw".parse().unwrap();
+        assert_eq!(h5.format, VolumeFormat::Hdf5);
+    }
+
+    #[test]
+    fn images_labels_and_regions_round_trip_and_other_arrays_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = VolumeSpec::new(dir.path().join("v.zarr"), "raw");
+        let seg = VolumeSpec::new(dir.path().join("v.zarr"), "seg/ids");
+        let v = ramp((5, 70, 37), |i| (i % 251) as u8);
+        write_image_u8(&raw, &v).unwrap();
+        let ids = ramp((5, 70, 37), |i| (i as u64 % 7) * 1_000_000_007);
+        write_labels(&seg, &ids).unwrap();
+        assert_eq!(read_image_u8(&raw).unwrap(), v);
+        assert_eq!(read_image_f32(&raw).unwrap(), v.mapv(f32::from));
+        assert_eq!(read_labels(&seg).unwrap(), ids);
+        assert_eq!(dataset_dtype(&seg).unwrap(), "uint64");
+        assert_eq!(dataset_shape(&raw).unwrap(), [5, 70, 37]);
+        let r = read_image_u8_region(&raw, [1, 60, 30], [3, 10, 7]).unwrap();
+        assert_eq!(r, v.slice(s![1..4, 60..70, 30..37]));
+        let e = read_labels_region(&seg, [4, 0, 0], [2, 1, 1])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("outside the dataset") && e.contains("[5, 70, 37]"),
+            "{e}"
+        );
+        // Replacing one array keeps the other; the store's groups have metadata.
+        let v2 = v.mapv(|x| x / 2);
+        write_image_u8(&raw, &v2).unwrap();
+        assert_eq!(read_image_u8(&raw).unwrap(), v2);
+        assert_eq!(read_labels(&seg).unwrap(), ids);
+        for group in ["zarr.json", "seg/zarr.json"] {
+            let meta = std::fs::read_to_string(dir.path().join("v.zarr").join(group)).unwrap();
+            assert!(meta.contains("\"node_type\": \"group\""), "{group}: {meta}");
+        }
+        let meta = std::fs::read_to_string(dir.path().join("v.zarr/raw/zarr.json")).unwrap();
+        assert!(meta.contains("zstd") && meta.contains("\"z\""), "{meta}");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("v.zarr"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        // f32 images and signed labels.
+        let f = VolumeSpec::new(dir.path().join("v.zarr"), "prob");
+        let p = ramp((2, 3, 4), |i| i as f32 / 3.0);
+        write_image_f32(&f, &p).unwrap();
+        assert_eq!(read_image_f32(&f).unwrap(), p);
+        let e = read_image_u8(&f).unwrap_err().to_string();
+        assert!(e.contains("v.zarr/prob") && e.contains("float32"), "{e}");
+    }
+
+    #[test]
+    fn missing_stores_and_arrays_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = read_labels(&VolumeSpec::new(dir.path().join("no.zarr"), "seg"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no.zarr") && e.contains("not found"), "{e}");
+        let raw = VolumeSpec::new(dir.path().join("v.zarr"), "raw");
+        write_image_u8(&raw, &Array3::zeros((2, 2, 2))).unwrap();
+        let e = read_labels(&VolumeSpec::new(dir.path().join("v.zarr"), "seg"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("v.zarr/seg") && e.contains("not a readable Zarr array"),
+            "{e}"
+        );
+        // A root array: the store is the array.
+        let root = VolumeSpec::new(dir.path().join("r.zarr"), "");
+        let v = ramp((3, 3, 3), |i| i as u8);
+        write_image_u8(&root, &v).unwrap();
+        assert_eq!(
+            read_image_u8(
+                &"r.zarr"
+                    .parse::<VolumeSpec>()
+                    .map(|mut s| {
+                        s.path = dir.path().join("r.zarr");
+                        s
+                    })
+                    .unwrap()
+            )
+            .unwrap(),
+            v
+        );
+    }
+}
