@@ -89,7 +89,7 @@ pub trait Communicator {
     /// The number of ranks.
     fn size(&self) -> usize;
 
-    /// The backend's name as accepted by [`connect`] (`"local"`, `"shm"`, `"mpi"`, `"zmq"`).
+    /// The backend's name as accepted by [`connect`] (`"local"`, `"shm"`, `"mpi"`, `"zmq"`, `"hier"`).
     fn backend(&self) -> &'static str;
 
     /// Element-wise sum of `buf` over all ranks, in place: afterwards every rank holds

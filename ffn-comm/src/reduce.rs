@@ -216,6 +216,7 @@ mod tests {
         sum_in_rank_order(&mut flat, &parts);
         sum_in_host_order(&mut hier, &parts, 2);
         let (mut max_abs, mut max_rel_l1, mut max_ulp, mut differ) = (0f64, 0f64, 0u64, 0usize);
+        let mut one_ulp = 0usize;
         let (mut diff2, mut norm2) = (0f64, 0f64);
         for i in 0..len {
             let d = (hier[i] as f64 - flat[i] as f64).abs();
@@ -226,15 +227,19 @@ mod tests {
             assert!(d <= bound, "element {i}: {} vs {}", hier[i], flat[i]);
             max_abs = max_abs.max(d);
             max_rel_l1 = max_rel_l1.max(d / l1 / f32::EPSILON as f64);
-            max_ulp = max_ulp.max(ulps(hier[i], flat[i]));
+            let u = ulps(hier[i], flat[i]);
+            max_ulp = max_ulp.max(u);
+            one_ulp += usize::from(u == 1);
             differ += usize::from(d > 0.0);
             diff2 += d * d;
             norm2 += (flat[i] as f64).powi(2);
         }
         eprintln!(
-            "hier (2x2) vs flat (4 ranks), {len} values: {differ} differ ({:.2}%), max abs {max_abs:.3e}, \
-             max |diff| / sum|x| {max_rel_l1:.3} eps, max {max_ulp} ulp, relative L2 {:.3e}",
+            "hier (2x2) vs flat (4 ranks), {len} values: {differ} differ ({:.2}%; {:.1}% of those by \
+             1 ulp), max abs {max_abs:.3e}, max |diff| / sum|x| {max_rel_l1:.3} eps, max {max_ulp} \
+             ulp (where the sum nearly cancels), relative L2 {:.3e}",
             100.0 * differ as f64 / len as f64,
+            100.0 * one_ulp as f64 / differ.max(1) as f64,
             (diff2 / norm2).sqrt()
         );
         assert!(differ > 0, "the orders must differ somewhere on such data");
