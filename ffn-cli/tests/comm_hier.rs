@@ -195,6 +195,35 @@ fn bench_comm_hier_reports_every_size_on_2_hosts_of_2() {
     }
 }
 
+#[test]
+fn bench_scaling_hier_adds_the_hierarchical_projection() {
+    let mut cmd = Command::new(FFN);
+    cmd.args(["bench", "scaling", "--backend", "hier", "--ranks", "1,2,4"])
+        .args([
+            "--ranks-per-host",
+            "2",
+            "--depth",
+            "1",
+            "--fov",
+            "5",
+            "--features",
+            "2",
+        ])
+        .args(["--batch", "1", "--steps", "2", "--warmup", "0", "--json"])
+        .env("RAYON_NUM_THREADS", "1");
+    let f = run_named(cmd, LIMIT, "bench scaling hier");
+    ok(&f, "bench scaling --backend hier --ranks-per-host 2");
+    let v: serde_json::Value = serde_json::from_str(f.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["ranks_per_host"], 2, "{v}");
+    assert_eq!(v["comm_model"]["hier"]["ranks_per_host"], 2, "{v}");
+    let rows = v["projection"].as_array().unwrap();
+    assert_eq!(rows.len(), 8);
+    for p in rows {
+        let e = p["hier_efficiency"].as_f64().unwrap();
+        assert!(e > 0.0 && e <= 1.0, "{p}");
+    }
+}
+
 mod training {
     use super::support::dist::*;
     use super::support::*;
