@@ -41,7 +41,7 @@ pub struct WorldInfo {
 }
 
 /// Pairs of (rank variable, size variable), in the order they are tried.
-const RANK_SOURCES: [(&str, &str); 4] = [
+const RANK_SOURCES: [VarPair; 4] = [
     ("RANK", "WORLD_SIZE"),
     ("SLURM_PROCID", "SLURM_NTASKS"),
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
@@ -57,23 +57,10 @@ impl WorldInfo {
     /// Reads rank and size through `get` (a stand-in for `std::env::var`). A process with none of
     /// the variables is rank 0 of 1.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, CommError> {
-        for (rank_var, size_var) in RANK_SOURCES {
-            match (get(rank_var), get(size_var)) {
-                (None, None) => continue,
-                (Some(r), Some(s)) => {
-                    let rank = parse_usize(rank_var, &r)?;
-                    let size = parse_usize(size_var, &s)?;
-                    return Self::new(rank, size);
-                }
-                (Some(_), None) => {
-                    return Err(missing(size_var, &format!("set together with {rank_var}")));
-                }
-                (None, Some(_)) => {
-                    return Err(missing(rank_var, &format!("set together with {size_var}")));
-                }
-            }
+        match first_pair(&get, &RANK_SOURCES)? {
+            Some((_, rank, size)) => Self::new(rank, size),
+            None => Ok(WorldInfo { rank: 0, size: 1 }),
         }
-        Ok(WorldInfo { rank: 0, size: 1 })
     }
 
     /// Checks `size >= 1` and `rank < size`.
@@ -111,7 +98,7 @@ pub struct HostLayout {
 }
 
 /// Pairs of (local rank variable, ranks-per-host variable), in the order they are tried.
-const LOCAL_SOURCES: [(&str, &str); 3] = [
+const LOCAL_SOURCES: [VarPair; 3] = [
     ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
     ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
     ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
@@ -131,17 +118,9 @@ impl HostLayout {
         world: WorldInfo,
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, CommError> {
-        for (rank_var, size_var) in LOCAL_SOURCES {
-            let (local_rank, local_size) = match (get(rank_var), get(size_var)) {
-                (None, None) => continue,
-                (Some(r), Some(s)) => (parse_usize(rank_var, &r)?, parse_usize(size_var, &s)?),
-                (Some(_), None) => {
-                    return Err(missing(size_var, &format!("set together with {rank_var}")));
-                }
-                (None, Some(_)) => {
-                    return Err(missing(rank_var, &format!("set together with {size_var}")));
-                }
-            };
+        if let Some(((rank_var, size_var), local_rank, local_size)) =
+            first_pair(&get, &LOCAL_SOURCES)?
+        {
             let env = |var: &str, expected: String, found: usize| CommError::Env {
                 var: var.into(),
                 expected,
@@ -409,6 +388,33 @@ pub(crate) fn wildcard_master_addr(v: &str) -> CommError {
             .into(),
         found: v.into(),
     }
+}
+
+/// A (rank variable, size variable) pair such as (`RANK`, `WORLD_SIZE`).
+type VarPair = (&'static str, &'static str);
+
+/// The first pair of `sources` that is set, with both values parsed; `None` when no pair is set.
+/// A pair with only one of its variables set is an error.
+fn first_pair(
+    get: &impl Fn(&str) -> Option<String>,
+    sources: &[VarPair],
+) -> Result<Option<(VarPair, usize, usize)>, CommError> {
+    for &(rank_var, size_var) in sources {
+        match (get(rank_var), get(size_var)) {
+            (None, None) => continue,
+            (Some(r), Some(s)) => {
+                let (r, s) = (parse_usize(rank_var, &r)?, parse_usize(size_var, &s)?);
+                return Ok(Some(((rank_var, size_var), r, s)));
+            }
+            (Some(_), None) => {
+                return Err(missing(size_var, &format!("set together with {rank_var}")));
+            }
+            (None, Some(_)) => {
+                return Err(missing(rank_var, &format!("set together with {size_var}")));
+            }
+        }
+    }
+    Ok(None)
 }
 
 fn missing(var: &str, expected: &str) -> CommError {
