@@ -206,3 +206,43 @@ fn a_host_launcher_without_the_shared_secret_or_master_is_an_error_naming_it() {
         assert!(!out.status.success() && e.contains(needle), "{args:?}: {e}");
     }
 }
+
+#[test]
+fn hier_ranks_on_two_hosts_train_the_same_bits_every_run_and_stay_near_the_flat_order() {
+    let Some(hosts) = Hosts::pair("hier_ranks_on_two_hosts") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for run_index in 0..2 {
+        let (p, s) = out_dir(dir.path(), &format!("hier{run_index}"));
+        let job = start_job(
+            &hosts,
+            2,
+            &train_args(dir.path(), &s, "hier", &["--max-steps", "4"]),
+        );
+        for (h, child) in job.into_iter().enumerate() {
+            ok(
+                &finish(child, LIMIT, &format!("host {h}")),
+                &format!("hier host {h}, run {run_index}"),
+            );
+        }
+        runs.push(checkpoint(&p, 4));
+    }
+    assert_bitwise(
+        &runs[0].params,
+        &runs[1].params,
+        "hier on 2 hosts x 2 ranks, two runs",
+    );
+    let (lp, ls) = out_dir(dir.path(), "flat");
+    let flat = train_args(
+        dir.path(),
+        &ls,
+        "local",
+        &["--max-steps", "4", "--ranks", "4"],
+    );
+    ok(&run(ffn(&flat), LIMIT), "4 local ranks");
+    let rel = rel_dist(&runs[0].params, &checkpoint(&lp, 4).params);
+    eprintln!("hier (2 hosts x 2) vs flat rank order after 4 steps: relative distance {rel:.3e}");
+    assert!(rel <= 1e-5, "hier differs from the flat order by {rel:e}");
+}

@@ -54,7 +54,7 @@ impl AllreduceSample {
 /// What [`run_allreduce_bench`] measures.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AllreduceBenchOptions {
-    /// `local`, `shm`, `mpi`, `zmq`, or `mpi-raw` (plain `MPI_Allreduce`, the baseline).
+    /// `local`, `shm`, `mpi`, `zmq`, `hier`, or `mpi-raw` (plain `MPI_Allreduce`, the baseline).
     pub backend: String,
     /// Number of ranks, 1..=1024.
     pub ranks: usize,
@@ -63,8 +63,11 @@ pub struct AllreduceBenchOptions {
     /// Target time per size in seconds.
     pub seconds: f64,
     /// The arguments that run this benchmark again as one rank of this executable (for `shm`,
-    /// `zmq` through [`crate::launch`], for `mpi` / `mpi-raw` through `mpirun`).
+    /// `zmq`, `hier` through [`crate::launch`], for `mpi` / `mpi-raw` through `mpirun`).
     pub rank_args: Vec<String>,
+    /// Ranks started here are presented as hosts of this many ranks
+    /// ([`crate::launch::LaunchOptions::ranks_per_host`]; for `hier`); `None`: one host.
+    pub ranks_per_host: Option<usize>,
 }
 
 impl AllreduceBenchOptions {
@@ -80,6 +83,13 @@ impl AllreduceBenchOptions {
             "bench comm --seconds {}: expected a positive number",
             self.seconds
         );
+        if let Some(k) = self.ranks_per_host {
+            ensure!(
+                k >= 1 && self.ranks.is_multiple_of(k),
+                "bench comm --ranks-per-host {k}: expected a divisor of --ranks {}",
+                self.ranks
+            );
+        }
         Ok(())
     }
 }
@@ -95,7 +105,7 @@ pub enum AllreduceBenchOutcome {
     Launched(i32),
 }
 
-/// Runs the allreduce benchmark: `local` on threads of this process; `shm` / `zmq` as one rank
+/// Runs the allreduce benchmark: `local` on threads of this process; `shm` / `zmq` / `hier` as one rank
 /// when `RANK` is set, else by starting `ranks` copies of this executable with
 /// [`AllreduceBenchOptions::rank_args`]; `mpi` / `mpi-raw` as one rank under `mpirun`, else by
 /// re-running itself under `mpirun --oversubscribe -n RANKS`.
@@ -124,11 +134,14 @@ pub fn run_allreduce_bench(o: &AllreduceBenchOptions) -> Result<AllreduceBenchOu
     }
 }
 
-/// shm / zmq: be a rank if the environment says so, otherwise start the ranks.
+/// shm / zmq / hier: be a rank if the environment says so, otherwise start the ranks.
 fn run_env_ranks(o: &AllreduceBenchOptions, backend: Backend) -> Result<AllreduceBenchOutcome> {
     if std::env::var_os("RANK").is_none() {
         let exe = std::env::current_exe().context("bench comm: the path of this executable")?;
-        let opts = crate::launch::LaunchOptions::new(exe, o.rank_args.clone(), o.ranks);
+        let opts = crate::launch::LaunchOptions {
+            ranks_per_host: o.ranks_per_host,
+            ..crate::launch::LaunchOptions::new(exe, o.rank_args.clone(), o.ranks)
+        };
         return Ok(AllreduceBenchOutcome::Launched(crate::launch::launch(
             &opts,
         )?));
@@ -332,6 +345,7 @@ mod tests {
             sizes: vec![4, 4096],
             seconds: 0.01,
             rank_args: Vec::new(),
+            ranks_per_host: None,
         }
     }
 
@@ -371,6 +385,14 @@ mod tests {
             ..local(2)
         };
         assert!(err(nccl).starts_with("bench comm --backend (or mpi-raw)"));
+        let uneven = AllreduceBenchOptions {
+            ranks_per_host: Some(2),
+            ..local(3)
+        };
+        assert_eq!(
+            err(uneven),
+            "bench comm --ranks-per-host 2: expected a divisor of --ranks 3"
+        );
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //!
 //! Inputs are a deterministic function of (seed, rank, index) with a wide range of magnitudes, so the
 //! order of additions shows in the bits. Every rank computes the expected result of every collective
-//! itself with [`reduce::sum_in_rank_order`], so a check proves at once that the result is right,
+//! itself in the order the communicator declares ([`Communicator::summation`]: rank order
+//! [`reduce::sum_in_rank_order`], or host then rank order [`reduce::sum_in_host_order`] for
+//! `hier`), so a check proves at once that the result is right,
 //! that it is the same on every rank, that it is the same run after run, and that all backends agree.
 //! A digest of all results is also compared across ranks through the backend itself, and returned so
-//! that callers can compare runs and backends.
+//! that callers can compare runs and backends (of the same summation order).
 
-use crate::reduce::{self, sum_in_rank_order};
+use crate::reduce::{self, Summation};
 use crate::{CommError, Communicator};
 use ffn_core::hash::{FNV_OFFSET, fnv1a_extend};
 
@@ -134,8 +136,9 @@ pub fn fill_input(buf: &mut [f32], seed: u64, rank: usize) {
     }
 }
 
-/// The reference result of an allreduce of the inputs of ranks `0..size`.
-pub fn expected_sum(len: usize, size: usize, seed: u64) -> Vec<f32> {
+/// The reference result of an allreduce of the inputs of ranks `0..size`, added in the order
+/// `summation`.
+pub fn expected_sum(len: usize, size: usize, seed: u64, summation: Summation) -> Vec<f32> {
     let inputs: Vec<Vec<f32>> = (0..size)
         .map(|r| {
             let mut v = vec![0.0; len];
@@ -145,7 +148,7 @@ pub fn expected_sum(len: usize, size: usize, seed: u64) -> Vec<f32> {
         .collect();
     let parts: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
     let mut out = vec![0.0; len];
-    sum_in_rank_order(&mut out, &parts);
+    summation.sum(&mut out, &parts);
     out
 }
 
@@ -162,7 +165,7 @@ pub fn check_allreduce(
     compare(
         comm.rank(),
         &check,
-        &expected_sum(len, comm.size(), seed),
+        &expected_sum(len, comm.size(), seed, comm.summation()),
         &buf,
     )?;
     let digest = digest_f32(&buf);
@@ -198,7 +201,7 @@ pub fn check_repeated(
         compare(
             comm.rank(),
             &check,
-            &expected_sum(b.len(), comm.size(), seed + i as u64),
+            &expected_sum(b.len(), comm.size(), seed + i as u64, comm.summation()),
             b,
         )?;
         d.add(digest_f32(b));
@@ -252,14 +255,14 @@ pub fn check_broadcast_bytes(comm: &mut dyn Communicator) -> Result<u64, Conform
     Ok(d.0)
 }
 
-/// `allreduce_mean` equals the rank-order sum divided by the number of ranks.
+/// `allreduce_mean` equals the sum (in the communicator's order) divided by the number of ranks.
 pub fn check_mean(comm: &mut dyn Communicator, seed: u64) -> Result<u64, ConformanceError> {
     let len = 1003;
     let mut buf = vec![0.0; len];
     fill_input(&mut buf, seed + 2000, comm.rank());
     comm.allreduce_mean(&mut buf)?;
     let n = comm.size() as f32;
-    let want: Vec<f32> = expected_sum(len, comm.size(), seed + 2000)
+    let want: Vec<f32> = expected_sum(len, comm.size(), seed + 2000, comm.summation())
         .iter()
         .map(|x| x / n)
         .collect();
@@ -285,7 +288,12 @@ pub fn check_many(comm: &mut dyn Communicator, seed: u64) -> Result<u64, Conform
     }
     let mut d = Digest::new();
     for (i, b) in owned.iter().enumerate() {
-        let want = expected_sum(b.len(), comm.size(), seed + 3000 + i as u64);
+        let want = expected_sum(
+            b.len(),
+            comm.size(),
+            seed + 3000 + i as u64,
+            comm.summation(),
+        );
         compare(
             comm.rank(),
             &format!("allreduce_sum_many buffer {i} of {} values", b.len()),
@@ -419,6 +427,50 @@ mod tests {
     }
 
     #[test]
+    fn the_suite_checks_the_declared_summation_order() {
+        /// The local backend (rank order) claiming the hierarchical order of 2 hosts x 2.
+        struct Claims(crate::local::LocalComm, Summation);
+        impl Communicator for Claims {
+            fn rank(&self) -> usize {
+                self.0.rank()
+            }
+            fn size(&self) -> usize {
+                self.0.size()
+            }
+            fn backend(&self) -> &'static str {
+                "claims"
+            }
+            fn summation(&self) -> Summation {
+                self.1
+            }
+            fn allreduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+                self.0.allreduce_sum(buf)
+            }
+            fn broadcast_bytes(&mut self, buf: &mut [u8], root: usize) -> Result<(), CommError> {
+                self.0.broadcast_bytes(buf, root)
+            }
+            fn barrier(&mut self) -> Result<(), CommError> {
+                self.0.barrier()
+            }
+        }
+        for (claim, fails) in [
+            (Summation::RankOrder, false),
+            (Summation::HostThenRank { local_size: 4 }, false),
+            (Summation::HostThenRank { local_size: 2 }, true),
+        ] {
+            let errs = crate::local::LocalComm::run(4, |c| {
+                let mut w = Claims(crate::local::LocalComm::solo(), claim);
+                std::mem::swap(&mut w.0, c);
+                let out = check_allreduce(&mut w, 1000, 7);
+                std::mem::swap(&mut w.0, c);
+                Ok::<_, CommError>(out.is_err())
+            })
+            .unwrap();
+            assert_eq!(errs, vec![fails; 4], "{claim:?}");
+        }
+    }
+
+    #[test]
     fn a_wrong_backend_fails_the_suite() {
         /// A communicator that sums in reverse rank order (as a careless backend might).
         struct Reversed(crate::local::LocalComm);
@@ -442,7 +494,7 @@ mod tests {
                     self.0.broadcast(p, r)?;
                 }
                 let rev: Vec<&[f32]> = parts.iter().rev().map(|p| p.as_slice()).collect();
-                sum_in_rank_order(buf, &rev);
+                reduce::sum_in_rank_order(buf, &rev);
                 Ok(())
             }
             fn broadcast_bytes(&mut self, buf: &mut [u8], root: usize) -> Result<(), CommError> {

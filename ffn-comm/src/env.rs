@@ -5,6 +5,9 @@
 //! | `RANK`, `WORLD_SIZE` | rank and number of ranks (torchrun, `ffn launch`) | |
 //! | `SLURM_PROCID`, `SLURM_NTASKS` | the same under `srun` | |
 //! | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE` | the same under Open MPI's `mpirun` | |
+//! | `LOCAL_RANK`, `LOCAL_WORLD_SIZE` | rank on this host and ranks per host ([`HostLayout`], `hier`) | |
+//! | `SLURM_LOCALID`, `SLURM_NTASKS_PER_NODE` | the same under `srun --ntasks-per-node` | |
+//! | `OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_SIZE` | the same under Open MPI | |
 //! | `MASTER_ADDR`, `MASTER_PORT` | rank 0's rendezvous address (zmq; never a wildcard) | `127.0.0.1`, `29500` |
 //! | `FFN_COMM_MASTER_BIND` | address rank 0 binds the rendezvous to, a wildcard allowed (zmq) | `MASTER_ADDR` |
 //! | `FFN_COMM_BIND` | address the zmq data sockets bind to and announce (never a wildcard) | `127.0.0.1` |
@@ -38,7 +41,7 @@ pub struct WorldInfo {
 }
 
 /// Pairs of (rank variable, size variable), in the order they are tried.
-const RANK_SOURCES: [(&str, &str); 4] = [
+const RANK_SOURCES: [VarPair; 4] = [
     ("RANK", "WORLD_SIZE"),
     ("SLURM_PROCID", "SLURM_NTASKS"),
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
@@ -54,23 +57,10 @@ impl WorldInfo {
     /// Reads rank and size through `get` (a stand-in for `std::env::var`). A process with none of
     /// the variables is rank 0 of 1.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, CommError> {
-        for (rank_var, size_var) in RANK_SOURCES {
-            match (get(rank_var), get(size_var)) {
-                (None, None) => continue,
-                (Some(r), Some(s)) => {
-                    let rank = parse_usize(rank_var, &r)?;
-                    let size = parse_usize(size_var, &s)?;
-                    return Self::new(rank, size);
-                }
-                (Some(_), None) => {
-                    return Err(missing(size_var, &format!("set together with {rank_var}")));
-                }
-                (None, Some(_)) => {
-                    return Err(missing(rank_var, &format!("set together with {size_var}")));
-                }
-            }
+        match first_pair(&get, &RANK_SOURCES)? {
+            Some((_, rank, size)) => Self::new(rank, size),
+            None => Ok(WorldInfo { rank: 0, size: 1 }),
         }
-        Ok(WorldInfo { rank: 0, size: 1 })
     }
 
     /// Checks `size >= 1` and `rank < size`.
@@ -90,6 +80,104 @@ impl WorldInfo {
             });
         }
         Ok(WorldInfo { rank, size })
+    }
+}
+
+/// Where this rank sits in a job spread over hosts (the `hier` backend): ranks are placed host by
+/// host, `rank = host * local_size + local_rank`, and every host runs `local_size` ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostLayout {
+    /// This rank's host, `0..hosts`.
+    pub host: usize,
+    /// Number of hosts.
+    pub hosts: usize,
+    /// This rank's place on its host, `0..local_size` (0: the host's leader).
+    pub local_rank: usize,
+    /// Ranks per host.
+    pub local_size: usize,
+}
+
+/// Pairs of (local rank variable, ranks-per-host variable), in the order they are tried.
+const LOCAL_SOURCES: [VarPair; 3] = [
+    ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
+    ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+];
+
+impl HostLayout {
+    /// Reads the local rank and ranks per host of `world`'s rank from the process environment.
+    pub fn from_env(world: WorldInfo) -> Result<Self, CommError> {
+        Self::from_lookup(world, |k| std::env::var(k).ok())
+    }
+
+    /// Reads the local rank and ranks per host through `get` (`LOCAL_RANK` / `LOCAL_WORLD_SIZE`,
+    /// else `SLURM_LOCALID` / `SLURM_NTASKS_PER_NODE`, else Open MPI's) and checks them against
+    /// `world`: the ranks per host must divide the world size and the rank must be
+    /// `host * local_size + local_rank`. Errors name the variable, the expected and the found value.
+    pub fn from_lookup(
+        world: WorldInfo,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, CommError> {
+        if let Some(((rank_var, size_var), local_rank, local_size)) =
+            first_pair(&get, &LOCAL_SOURCES)?
+        {
+            let env = |var: &str, expected: String, found: usize| CommError::Env {
+                var: var.into(),
+                expected,
+                found: found.to_string(),
+            };
+            if local_size == 0 || !world.size.is_multiple_of(local_size) {
+                return Err(env(
+                    size_var,
+                    format!(
+                        "ranks per host dividing the world size {} (every host runs as many ranks)",
+                        world.size
+                    ),
+                    local_size,
+                ));
+            }
+            if local_rank != world.rank % local_size {
+                return Err(env(
+                    rank_var,
+                    format!(
+                        "{} (ranks are placed host by host: rank {} = host {} * {local_size} + \
+                         local rank)",
+                        world.rank % local_size,
+                        world.rank,
+                        world.rank / local_size
+                    ),
+                    local_rank,
+                ));
+            }
+            return Self::new(world, local_size);
+        }
+        Err(missing(
+            "LOCAL_WORLD_SIZE",
+            "the ranks per host (LOCAL_RANK and LOCAL_WORLD_SIZE, SLURM_LOCALID and \
+             SLURM_NTASKS_PER_NODE, or OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE)",
+        ))
+    }
+
+    /// The layout of `world`'s rank with `local_size` ranks per host (which must divide the size).
+    pub fn new(world: WorldInfo, local_size: usize) -> Result<Self, CommError> {
+        if local_size == 0 || !world.size.is_multiple_of(local_size) {
+            return Err(CommError::Config {
+                field: "ranks per host",
+                expected: format!("a divisor of the world size {}", world.size),
+                actual: local_size.to_string(),
+            });
+        }
+        Ok(HostLayout {
+            host: world.rank / local_size,
+            hosts: world.size / local_size,
+            local_rank: world.rank % local_size,
+            local_size,
+        })
+    }
+
+    /// The world rank of `local_rank` on `host`.
+    pub fn world_rank(&self, host: usize, local_rank: usize) -> usize {
+        host * self.local_size + local_rank
     }
 }
 
@@ -302,6 +390,33 @@ pub(crate) fn wildcard_master_addr(v: &str) -> CommError {
     }
 }
 
+/// A (rank variable, size variable) pair such as (`RANK`, `WORLD_SIZE`).
+type VarPair = (&'static str, &'static str);
+
+/// The first pair of `sources` that is set, with both values parsed; `None` when no pair is set.
+/// A pair with only one of its variables set is an error.
+fn first_pair(
+    get: &impl Fn(&str) -> Option<String>,
+    sources: &[VarPair],
+) -> Result<Option<(VarPair, usize, usize)>, CommError> {
+    for &(rank_var, size_var) in sources {
+        match (get(rank_var), get(size_var)) {
+            (None, None) => continue,
+            (Some(r), Some(s)) => {
+                let (r, s) = (parse_usize(rank_var, &r)?, parse_usize(size_var, &s)?);
+                return Ok(Some(((rank_var, size_var), r, s)));
+            }
+            (Some(_), None) => {
+                return Err(missing(size_var, &format!("set together with {rank_var}")));
+            }
+            (None, Some(_)) => {
+                return Err(missing(rank_var, &format!("set together with {size_var}")));
+            }
+        }
+    }
+    Ok(None)
+}
+
 fn missing(var: &str, expected: &str) -> CommError {
     CommError::Env {
         var: var.into(),
@@ -386,6 +501,77 @@ mod tests {
         assert!(e.to_string().contains("rank"), "{e}");
         let e = WorldInfo::from_lookup(lookup(&[("RANK", "0"), ("WORLD_SIZE", "0")])).unwrap_err();
         assert!(e.to_string().contains("world size"), "{e}");
+    }
+
+    #[test]
+    fn host_layout_from_each_launcher() {
+        let w = |rank, size| WorldInfo { rank, size };
+        let l = HostLayout::from_lookup(
+            w(3, 4),
+            lookup(&[("LOCAL_RANK", "1"), ("LOCAL_WORLD_SIZE", "2")]),
+        )
+        .unwrap();
+        assert_eq!(
+            l,
+            HostLayout {
+                host: 1,
+                hosts: 2,
+                local_rank: 1,
+                local_size: 2
+            }
+        );
+        assert_eq!(l.world_rank(1, 0), 2);
+        let l = HostLayout::from_lookup(
+            w(4, 6),
+            lookup(&[("SLURM_LOCALID", "1"), ("SLURM_NTASKS_PER_NODE", "3")]),
+        )
+        .unwrap();
+        assert_eq!((l.host, l.hosts, l.local_rank), (1, 2, 1));
+        let l = HostLayout::from_lookup(
+            w(2, 4),
+            lookup(&[
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "0"),
+                ("OMPI_COMM_WORLD_LOCAL_SIZE", "1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!((l.host, l.hosts, l.local_rank, l.local_size), (2, 4, 0, 1));
+    }
+
+    #[test]
+    fn bad_host_layouts_name_the_variable_and_both_values() {
+        let w = WorldInfo { rank: 3, size: 4 };
+        let err = |pairs: &[(&str, &str)]| {
+            HostLayout::from_lookup(w, lookup(pairs))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(&[("LOCAL_RANK", "1"), ("LOCAL_WORLD_SIZE", "3")]);
+        assert!(
+            e.contains("LOCAL_WORLD_SIZE=\"3\"") && e.contains("dividing the world size 4"),
+            "{e}"
+        );
+        let e = err(&[("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")]);
+        assert!(
+            e.contains("LOCAL_RANK=\"0\"") && e.contains("expected 1 (") && e.contains("host 1"),
+            "{e}"
+        );
+        let e = err(&[("SLURM_LOCALID", "1"), ("SLURM_NTASKS_PER_NODE", "0")]);
+        assert!(e.contains("SLURM_NTASKS_PER_NODE=\"0\""), "{e}");
+        let e = err(&[("LOCAL_RANK", "x"), ("LOCAL_WORLD_SIZE", "2")]);
+        assert!(e.contains("LOCAL_RANK=\"x\""), "{e}");
+        let e = err(&[("LOCAL_RANK", "1")]);
+        assert!(
+            e.contains("LOCAL_WORLD_SIZE") && e.contains("<unset>"),
+            "{e}"
+        );
+        let e = err(&[]);
+        assert!(
+            e.contains("LOCAL_WORLD_SIZE") && e.contains("SLURM_LOCALID"),
+            "{e}"
+        );
+        let e = HostLayout::new(w, 3).unwrap_err().to_string();
+        assert!(e.contains("ranks per host") && e.contains("3"), "{e}");
     }
 
     #[test]

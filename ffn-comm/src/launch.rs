@@ -3,7 +3,8 @@
 //! `--node-rank`: every host runs its own launcher with the same rendezvous and secret).
 //!
 //! Each rank is a process of the program with the environment that the `shm` and `zmq`
-//! backends read: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`,
+//! backends read: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE` (one host of N ranks, or
+//! hosts of [`LaunchOptions::ranks_per_host`] ranks), `MASTER_ADDR`,
 //! `MASTER_PORT` (a free loopback port), `FFN_SHM_NAME` (a fresh random segment name, unrelated
 //! to the token) and `FFN_COMM_TOKEN` (a random 256-bit job secret from getrandom(2); the zmq
 //! backend derives its CURVE keys from it; one in the launcher's own environment is replaced). Over
@@ -54,6 +55,11 @@ pub struct LaunchOptions {
     pub restart_args: Vec<String>,
     /// This host's place in a job over several hosts; `None`: the job is this host's alone.
     pub hosts: Option<HostGroup>,
+    /// Present the ranks as hosts of this many ranks each (for the `hier` backend on one machine):
+    /// rank r gets `LOCAL_RANK = r % k` and `LOCAL_WORLD_SIZE = k`; `k` must divide `nproc`.
+    /// `None`: one host of `nproc` ranks. (The `hier` backend names each host's segment after
+    /// `FFN_SHM_NAME` and the host, so all ranks keep the job's one `FFN_SHM_NAME`.)
+    pub ranks_per_host: Option<usize>,
 }
 
 /// One host's part of a job that spans `hosts` hosts with the same number of ranks on each: this
@@ -119,6 +125,7 @@ impl LaunchOptions {
             max_restarts: 0,
             restart_args: Vec::new(),
             hosts: None,
+            ranks_per_host: None,
         }
     }
 }
@@ -142,6 +149,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32> {
     }
     if let Some(group) = &opts.hosts {
         group.validate()?;
+    }
+    if let Some(k) = opts.ranks_per_host
+        && (k == 0 || !opts.nproc.is_multiple_of(k))
+    {
+        bail!(
+            "ffn launch: --ranks-per-host {k}: expected a divisor of the {} ranks",
+            opts.nproc
+        );
     }
     stop::install_stop_signals()
         .context("ffn launch: installing the SIGTERM / SIGUSR1 handlers")?;
@@ -185,8 +200,10 @@ fn start_ranks(opts: &LaunchOptions, args: &[String]) -> Result<JobEnd> {
         let mut cmd = Command::new(exe);
         cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let per_host = opts.ranks_per_host.unwrap_or(opts.nproc);
         cmd.env("RANK", (first_rank + rank).to_string())
-            .env("LOCAL_RANK", rank.to_string());
+            .env("LOCAL_RANK", (rank % per_host).to_string())
+            .env("LOCAL_WORLD_SIZE", per_host.to_string());
         if bind && !cpus.is_empty() {
             let cpu = cpus[rank % cpus.len()];
             let mut mask = [0u64; 16];
@@ -245,7 +262,6 @@ fn job_env(n: usize, hosts: Option<&HostGroup>) -> Result<Vec<(String, String)>>
     );
     Ok(vec![
         ("WORLD_SIZE".into(), world.to_string()),
-        ("LOCAL_WORLD_SIZE".into(), n.to_string()),
         ("GROUP_RANK".into(), host.to_string()),
         ("MASTER_ADDR".into(), addr),
         ("MASTER_PORT".into(), port.to_string()),

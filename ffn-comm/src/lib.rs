@@ -9,14 +9,18 @@
 //! | `shm` | processes on one host sharing a segment in `/dev/shm` | [`shm`] |
 //! | `mpi` | MPI processes (feature `mpi`) | `mpi_backend` |
 //! | `zmq` | processes talking TCP through libzmq (feature `zmq`) | `zmq_backend` |
+//! | `hier` | processes on several hosts: shm inside a host, zmq between host leaders (feature `zmq`) | `hier` |
 //!
 //! ## Determinism
 //!
-//! Every backend reduces in the same fixed order: the buffer is cut into `size` balanced chunks
+//! Every flat backend reduces in the same fixed order: the buffer is cut into `size` balanced chunks
 //! ([`chunk_range`]), the owner of each chunk adds the contributions in rank order
 //! `((x0 + x1) + x2) + ...` ([`reduce::sum_in_rank_order`]) and every rank then copies the owner's
 //! result. So all ranks hold bitwise identical results, the same inputs give the same result run after
-//! run, and the backends agree with each other bit for bit.
+//! run, and the backends agree with each other bit for bit. The hierarchical backend `hier` sums
+//! each host in rank order, then the host sums in host order ([`reduce::sum_in_host_order`]): just as
+//! deterministic, and equal to the flat order up to rounding ([`Communicator::summation`] says
+//! which order a communicator uses).
 //!
 //! ## Failure
 //!
@@ -45,6 +49,8 @@ pub mod conformance;
 pub mod data_parallel;
 pub mod env;
 mod error;
+#[cfg(feature = "zmq")]
+pub mod hier;
 pub mod launch;
 pub mod local;
 #[cfg(feature = "mpi")]
@@ -60,9 +66,9 @@ pub mod threads;
 pub mod zmq_backend;
 pub mod zmq_wire;
 
-pub use env::{CommOptions, WorldInfo};
+pub use env::{CommOptions, HostLayout, WorldInfo};
 pub use error::CommError;
-pub use reduce::chunk_range;
+pub use reduce::{Summation, chunk_range};
 pub use select::{Backend, connect};
 
 /// The version of this crate, as written in its manifest.
@@ -83,12 +89,20 @@ pub trait Communicator {
     /// The number of ranks.
     fn size(&self) -> usize;
 
-    /// The backend's name as accepted by [`connect`] (`"local"`, `"shm"`, `"mpi"`, `"zmq"`).
+    /// The backend's name as accepted by [`connect`] (`"local"`, `"shm"`, `"mpi"`, `"zmq"`, `"hier"`).
     fn backend(&self) -> &'static str;
 
     /// Element-wise sum of `buf` over all ranks, in place: afterwards every rank holds
-    /// `x_0 + x_1 + ... + x_{n-1}`, summed in rank order per element, bitwise identical on all ranks.
+    /// `x_0 + x_1 + ... + x_{n-1}`, added per element in the order [`summation`](Self::summation)
+    /// names (rank order for every flat backend), bitwise identical on all ranks.
     fn allreduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CommError>;
+
+    /// The fixed order in which [`allreduce_sum`](Self::allreduce_sum) adds the ranks'
+    /// contributions: [`Summation::RankOrder`] unless the backend says otherwise (`hier`:
+    /// [`Summation::HostThenRank`]). The conformance suite checks results against it bit for bit.
+    fn summation(&self) -> Summation {
+        Summation::RankOrder
+    }
 
     /// Copies `root`'s `buf` into every other rank's `buf` (all ranks pass the same length).
     fn broadcast_bytes(&mut self, buf: &mut [u8], root: usize) -> Result<(), CommError>;

@@ -14,11 +14,20 @@ pub enum Backend {
     Mpi,
     /// ZeroMQ over TCP (feature `zmq`).
     Zmq,
+    /// Hierarchical: shm inside a host, ZeroMQ between host leaders ([`crate::hier`], feature
+    /// `zmq`).
+    Hier,
 }
 
 impl Backend {
     /// All backends, compiled in or not.
-    pub const ALL: [Backend; 4] = [Backend::Local, Backend::Shm, Backend::Mpi, Backend::Zmq];
+    pub const ALL: [Backend; 5] = [
+        Backend::Local,
+        Backend::Shm,
+        Backend::Mpi,
+        Backend::Zmq,
+        Backend::Hier,
+    ];
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -27,6 +36,7 @@ impl Backend {
             Backend::Shm => "shm",
             Backend::Mpi => "mpi",
             Backend::Zmq => "zmq",
+            Backend::Hier => "hier",
         }
     }
 
@@ -35,7 +45,7 @@ impl Backend {
         match self {
             Backend::Local | Backend::Shm => true,
             Backend::Mpi => cfg!(feature = "mpi"),
-            Backend::Zmq => cfg!(feature = "zmq"),
+            Backend::Zmq | Backend::Hier => cfg!(feature = "zmq"),
         }
     }
 
@@ -57,7 +67,7 @@ impl Backend {
     /// Whether ranks are separate processes whose rank and size come from the environment
     /// (`ffn launch`, torchrun-style variables, SLURM).
     pub fn uses_env_world(self) -> bool {
-        matches!(self, Backend::Shm | Backend::Zmq)
+        matches!(self, Backend::Shm | Backend::Zmq | Backend::Hier)
     }
 }
 
@@ -82,7 +92,8 @@ impl FromStr for Backend {
 }
 
 /// Joins the job with the named backend: rank and size from MPI for `mpi`, from the environment
-/// ([`WorldInfo::from_env`]) for `shm` and `zmq`; `local` is a group of one.
+/// ([`WorldInfo::from_env`]) for `shm`, `zmq` and `hier` (which also reads the host layout,
+/// [`crate::HostLayout::from_env`]); `local` is a group of one.
 pub fn connect(backend: Backend, opts: &CommOptions) -> Result<Box<dyn Communicator>, CommError> {
     backend.ensure_compiled_in()?;
     match backend {
@@ -98,6 +109,8 @@ pub fn connect(backend: Backend, opts: &CommOptions) -> Result<Box<dyn Communica
             let world = WorldInfo::from_env()?;
             Ok(Box::new(crate::zmq_backend::ZmqComm::connect(world, opts)?))
         }
+        #[cfg(feature = "zmq")]
+        Backend::Hier => Ok(Box::new(crate::hier::HierComm::from_env(opts)?)),
         #[allow(unreachable_patterns)]
         other => Err(CommError::NotCompiled {
             backend: other.name(),
@@ -117,7 +130,7 @@ mod tests {
         }
         let e = "nccl".parse::<Backend>().unwrap_err().to_string();
         assert!(
-            e.contains("\"nccl\"") && e.contains("local, shm, mpi, zmq"),
+            e.contains("\"nccl\"") && e.contains("local, shm, mpi, zmq, hier"),
             "{e}"
         );
     }
@@ -134,6 +147,8 @@ mod tests {
                 e,
                 "built without ZeroMQ support: rebuild with --features zmq"
             );
+            let e = Backend::Hier.ensure_compiled_in().unwrap_err().to_string();
+            assert!(e.ends_with("rebuild with --features zmq"), "{e}");
         }
         assert!(
             Backend::Local.ensure_compiled_in().is_ok()

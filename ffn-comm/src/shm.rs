@@ -335,6 +335,13 @@ impl ShmComm {
         Ok(())
     }
 
+    /// Wakes every rank of the group with an error naming this rank (the `hier` backend's leader
+    /// uses it when the collective failed between hosts, so its host's ranks do not wait for the
+    /// timeout). The group is unusable afterwards.
+    pub(crate) fn abort(&self) {
+        self.raise_abort();
+    }
+
     fn raise_abort(&self) {
         if let Some(seg) = &self.seg {
             let _ = seg.word(H_ABORT).compare_exchange(

@@ -221,7 +221,7 @@ samples!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32
 /// An open volume of either format.
 enum Opened {
     Hdf5(Dataset),
-    Zarr(crate::zarr_store::ZarrArray),
+    Zarr(Box<crate::zarr_store::ZarrArray>),
 }
 
 impl Opened {
@@ -229,7 +229,7 @@ impl Opened {
     fn open(spec: &VolumeSpec) -> Result<Self, IoError> {
         Ok(match spec.format {
             VolumeFormat::Hdf5 => Opened::Hdf5(open_dataset(spec)?),
-            VolumeFormat::Zarr => Opened::Zarr(crate::zarr_store::open(spec)?),
+            VolumeFormat::Zarr => Opened::Zarr(Box::new(crate::zarr_store::open(spec)?)),
         })
     }
 

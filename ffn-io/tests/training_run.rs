@@ -13,10 +13,7 @@ use ffn_io::{VolumeSpec, load_checkpoint, write_image_u8, write_labels};
 /// A synthetic volume and 64 coordinates in `dir`; options for a tiny network.
 fn options(dir: &std::path::Path, out: &str) -> TrainOptions {
     let file = dir.join("synth.h5");
-    let spec = |ds: &str| VolumeSpec {
-        path: file.clone(),
-        dataset: ds.into(),
-    };
+    let spec = |ds: &str| VolumeSpec::new(file.clone(), ds);
     if !file.exists() {
         let v = generate(&SynthConfig {
             shape: [24, 24, 24],

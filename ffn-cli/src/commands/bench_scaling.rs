@@ -56,6 +56,11 @@ pub struct Args {
     /// Seconds before a stalled rank is an error.
     #[arg(long, default_value_t = 120.0)]
     comm_timeout: f64,
+    /// Present the ranks as hosts of K ranks each (LOCAL_RANK = rank % K, LOCAL_WORLD_SIZE = K;
+    /// for --backend hier) and, with K > 1, add the hierarchical projection (--ranks must include
+    /// K: that one-host run gives the intra-host fit).
+    #[arg(long, value_name = "K")]
+    ranks_per_host: Option<usize>,
     /// One JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -87,6 +92,7 @@ pub fn run(a: Args) -> Result<()> {
         alpha_s: a.alpha_us.map(|x| x * 1e-6),
         bandwidth: a.bandwidth_gbs.map(|x| x * 1e9),
         comm_timeout: a.comm_timeout,
+        ranks_per_host: a.ranks_per_host,
         worker_args: std::env::args()
             .skip(1)
             .filter(|x| x != "--json")
@@ -152,13 +158,54 @@ fn report(a: &Args, out: &Value) {
         model["measured_at_ranks"]
     );
     println!("       {}", model["formula"].as_str().unwrap_or(""));
+    let hier = &model["hier"];
+    if !hier.is_null() {
+        let fit = &hier["intra_fit"];
+        println!(
+            "hier:  {} ranks/host, intra-host allreduce {:.2} µs + {:.3} ns/byte ({})",
+            hier["ranks_per_host"],
+            g(fit, "a_s") * 1e6,
+            g(fit, "b_s_per_byte") * 1e9,
+            hier["intra_source"].as_str().unwrap_or("")
+        );
+        println!("       {}", hier["formula"].as_str().unwrap_or(""));
+    }
+    let cell = |p: &Value, k: &str, scale: f64, width: usize, digits: usize| {
+        p.get(k)
+            .and_then(Value::as_f64)
+            .map_or(format!("{:>width$}", "-"), |x| {
+                format!("{:>width$.digits$}", x * scale)
+            })
+    };
     println!(
-        "{:>6} {:>12} {:>12} {:>10}",
-        "ranks", "allreduce s", "exposed s", "efficiency"
+        "{:>6} {:>12} {:>12} {:>10}{}",
+        "ranks",
+        "allreduce s",
+        "exposed s",
+        "efficiency",
+        if hier.is_null() {
+            String::new()
+        } else {
+            format!(
+                " {:>6} {:>12} {:>12} {:>10}",
+                "hosts", "hier s", "hier exp s", "hier eff"
+            )
+        }
     );
     for p in &projection {
+        let hier_cols = if hier.is_null() {
+            String::new()
+        } else {
+            format!(
+                " {:>6} {} {} {}%",
+                p["hosts"].as_u64().map_or("-".into(), |h| h.to_string()),
+                cell(p, "hier_allreduce_s", 1.0, 12, 5),
+                cell(p, "hier_exposed_s", 1.0, 12, 5),
+                cell(p, "hier_efficiency", 100.0, 9, 1)
+            )
+        };
         println!(
-            "{:>6} {:>12.5} {:>12.5} {:>9.1}%",
+            "{:>6} {:>12.5} {:>12.5} {:>9.1}%{hier_cols}",
             p["ranks"].as_u64().unwrap_or(0),
             g(p, "allreduce_s"),
             g(p, "exposed_s"),

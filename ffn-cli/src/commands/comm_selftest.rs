@@ -23,7 +23,7 @@ pub enum FailMode {
 /// Arguments of `ffn comm-selftest`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Backend: local, shm, mpi or zmq.
+    /// Backend: local, shm, mpi, zmq or hier.
     #[arg(long)]
     backend: String,
     /// Also reduce a 64 MiB buffer.

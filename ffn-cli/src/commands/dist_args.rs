@@ -36,7 +36,8 @@ fn parse_backend(s: &str) -> std::result::Result<Backend, String> {
 #[derive(clap::Args, Debug, Clone)]
 pub struct DistArgs {
     /// Data-parallel training over this communicator: local (threads of this process, --ranks N),
-    /// shm or zmq (processes started by `ffn launch -n N -- train ...`), mpi (under mpirun; detected
+    /// shm or zmq (processes started by `ffn launch -n N -- train ...`), hier (shm inside a host,
+    /// zmq between hosts; reads LOCAL_RANK / LOCAL_WORLD_SIZE), mpi (under mpirun; detected
     /// without this flag).
     #[arg(long, value_name = "BACKEND", value_parser = parse_backend)]
     pub comm: Option<Backend>,

@@ -39,6 +39,10 @@ pub struct Args {
     /// Host 0's rendezvous port (with `--nnodes` above 1).
     #[arg(long, value_name = "PORT", default_value_t = 29500)]
     pub master_port: u16,
+    /// Present the ranks as hosts of K ranks each (LOCAL_RANK = rank % K, LOCAL_WORLD_SIZE = K),
+    /// to try the `hier` backend on one machine; K must divide N. Default: one host of N ranks.
+    #[arg(long, value_name = "K")]
+    pub ranks_per_host: Option<usize>,
     /// The `ffn` subcommand and its arguments that every rank runs (after `--`).
     #[arg(required = true, allow_hyphen_values = true, value_name = "FFN_ARGS")]
     pub command: Vec<String>,
@@ -92,6 +96,7 @@ pub fn run(args: Args) -> Result<()> {
         hosts,
         timeout,
         max_restarts: args.max_restarts,
+        ranks_per_host: args.ranks_per_host,
         restart_args,
         bind: args.bind.map(|b| match b {
             BindArg::Core => Bind::Core,

@@ -27,7 +27,7 @@ use clap::Subcommand;
 /// All subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Starts N ranks of an ffn subcommand on this host (shm / zmq backends): `ffn launch -n 2 -- ...`.
+    /// Starts N ranks of an ffn subcommand on this host (shm / zmq / hier backends): `ffn launch -n 2 -- ...`.
     Launch(launch::Args),
     /// Throughput benchmarks: `ffn bench train`, `ffn bench forward` (one JSON line with --json).
     Bench(bench::Args),

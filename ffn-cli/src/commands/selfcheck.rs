@@ -47,7 +47,7 @@ pub fn run(args: Args) -> Result<()> {
         println!(
             "  backends compiled in: local, shm{}{}",
             if mpi { ", mpi" } else { "" },
-            if zmq { ", zmq" } else { "" }
+            if zmq { ", zmq, hier" } else { "" }
         );
         println!("  threads: {}", rayon::current_num_threads());
     }

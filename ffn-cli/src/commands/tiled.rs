@@ -69,7 +69,7 @@ pub struct Args {
     /// the others run direct) or `direct`.
     #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     pub conv: ffn_core::conv::winograd::ConvAlgorithm,
-    /// Communicator backend: local (one rank), shm or zmq (under `ffn launch -n N`), mpi (under mpirun).
+    /// Communicator backend: local (one rank), shm, zmq or hier (under `ffn launch -n N`), mpi (under mpirun).
     #[arg(long, default_value = "local")]
     pub backend: String,
     /// Seconds a rank may wait for the others at the final barrier.

@@ -1,9 +1,10 @@
 //! The measurement behind `ffn bench scaling`: one rank's training steps on synthetic examples,
 //! timed phase by phase ([`measure_rank`]), and a least-squares fit of the allreduce cost
 //! `t = a + b * bytes` on the group ([`fit_allreduce`]); [`ring_allreduce_seconds`] projects it to
-//! more ranks. [`weak_scaling`] runs the whole benchmark: for every rank count it starts the ranks
-//! (threads for `local`, processes with the `ffn launch` environment for `shm` / `zmq`, `mpirun`
-//! for `mpi`), collects rank 0's measurement and returns the report of [`weak_scaling_report`].
+//! more ranks, and [`hier_allreduce_seconds`] to more hosts of `K` ranks each. [`weak_scaling`] runs
+//! the whole benchmark: for every rank count it starts the ranks (threads for `local`, processes
+//! with the `ffn launch` environment for `shm` / `zmq` / `hier`, `mpirun` for `mpi`), collects rank
+//! 0's measurement and returns the report of [`weak_scaling_report`].
 
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -64,6 +65,10 @@ pub struct WeakScalingOptions {
     pub bandwidth: Option<f64>,
     /// Seconds before a stalled rank is an error.
     pub comm_timeout: f64,
+    /// Ranks per host `K`: the ranks started here are presented as hosts of `K` ranks
+    /// (`LOCAL_RANK = r % K`, `LOCAL_WORLD_SIZE = K`, for `hier`), and with `K > 1` the report adds
+    /// the hierarchical projection (the run at `K` ranks gives the intra-host fit). `None`: one host.
+    pub ranks_per_host: Option<usize>,
     /// The arguments that run one rank of a measurement as this executable (`shm`, `zmq`, `mpi`
     /// with more than one rank); that rank calls [`worker_result_line`].
     pub worker_args: Vec<String>,
@@ -124,6 +129,17 @@ pub fn weak_scaling(o: &WeakScalingOptions, on_start: &mut dyn FnMut(usize)) -> 
         "--ranks: expected at least one rank count"
     );
     o.backend.ensure_compiled_in()?;
+    if let Some(k) = o.ranks_per_host {
+        ensure!(
+            k >= 1 && o.ranks.iter().all(|&n| n == 1 || n.is_multiple_of(k)),
+            "--ranks-per-host {k}: every rank count of --ranks but 1 must be a multiple of it"
+        );
+        ensure!(
+            k == 1 || o.ranks.contains(&k),
+            "--ranks-per-host {k}: --ranks must include {k} (the one-host run that gives the \
+             intra-host allreduce fit)"
+        );
+    }
     let mut runs = Vec::new();
     for &n in &o.ranks {
         on_start(n);
@@ -217,11 +233,14 @@ pub fn measure_ranks(o: &WeakScalingOptions, n: usize) -> Result<Value> {
                 .context("starting mpirun (is Open MPI installed?)")?,
         ]
     } else {
+        let per_host = o.ranks_per_host.unwrap_or(n);
         let children: Vec<_> = (0..n)
             .map(|r| {
                 let mut c = Command::new(&exe);
                 c.args(&o.worker_args)
                     .env("RANK", r.to_string())
+                    .env("LOCAL_RANK", (r % per_host).to_string())
+                    .env("LOCAL_WORLD_SIZE", per_host.to_string())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped());
                 env(&mut c);
@@ -259,10 +278,17 @@ pub fn measure_ranks(o: &WeakScalingOptions, n: usize) -> Result<Value> {
 /// (`runs`, `comm_model`, `projection`).
 pub fn weak_scaling_report(o: &WeakScalingOptions, runs: &[Value]) -> Value {
     let cfg = &o.run.model;
-    let (rows, model, projection) =
-        weak_scaling_summary(runs, o.run.batch, o.overlap, o.alpha_s, o.bandwidth);
+    let (rows, model, projection) = weak_scaling_summary(
+        runs,
+        o.run.batch,
+        o.overlap,
+        o.alpha_s,
+        o.bandwidth,
+        o.ranks_per_host,
+    );
     json!({
         "backend": o.backend.name(), "threads_per_rank": o.threads_per_rank,
+        "ranks_per_host": o.ranks_per_host,
         "model": {"depth": cfg.depth, "fov": cfg.fov, "features": cfg.features, "batch_per_rank": o.run.batch, "params": cfg.num_params()},
         "overlap": o.overlap, "bucket_kib": o.bucket_kib, "steps": o.run.steps,
         "runs": rows, "comm_model": model, "projection": projection,
@@ -381,17 +407,40 @@ pub fn ring_allreduce_seconds(alpha: f64, bw: f64, p: usize, bytes: f64) -> f64 
     2.0 * (p - 1.0) * alpha + 2.0 * (p - 1.0) / p * bytes / bw
 }
 
+/// Hierarchical allreduce time of `bytes` on `p` ranks placed as hosts of `k`: the intra-host
+/// allreduce `intra(bytes)` (fitted on one host of `k` ranks), the ring among the `p / k` host
+/// leaders (latency `alpha`, bandwidth `bw`, as [`ring_allreduce_seconds`]) and the intra-host
+/// broadcast of the result, estimated as `intra(bytes) / 2` (the shm broadcast takes one barrier
+/// and one pass through the segment per round, the allreduce two):
+/// `t_hier(P, S) = t_intra(k, S) + t_ring(P/k, S) + t_bcast_intra(k, S)`.
+pub fn hier_allreduce_seconds(
+    intra: impl Fn(f64) -> f64,
+    alpha: f64,
+    bw: f64,
+    p: usize,
+    k: usize,
+    bytes: f64,
+) -> f64 {
+    let t_intra = intra(bytes);
+    t_intra + ring_allreduce_seconds(alpha, bw, p / k, bytes) + t_intra / 2.0
+}
+
 /// The weak-scaling table of `runs` (the [`measure_rank`] results, the first the baseline): per
 /// run its step time, examples/s (`batch` per rank), efficiency against the baseline, compute and
 /// exposed communication; the communication model fitted on the largest multi-rank run
 /// (`alpha_s` latency and `bandwidth` in bytes/s override the fit); and the projection of the
-/// exposed allreduce to 16..2048 ranks (with `overlap`, only what backward does not hide).
+/// exposed allreduce to 16..2048 ranks (with `overlap`, only what backward does not hide). With
+/// `ranks_per_host` `K > 1` the model gets a `hier` part (the intra-host fit of the run at `K`
+/// ranks) and every projected rank count divisible by `K` the hierarchical figures
+/// (`hier_allreduce_s`, `hier_exposed_s`, `hier_efficiency`, [`hier_allreduce_seconds`] with
+/// the network model between hosts).
 pub fn weak_scaling_summary(
     runs: &[Value],
     batch: usize,
     overlap: bool,
     alpha_s: Option<f64>,
     bandwidth: Option<f64>,
+    ranks_per_host: Option<usize>,
 ) -> (Vec<Value>, Value, Vec<Value>) {
     let g = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0);
     let base = &runs[0];
@@ -425,14 +474,37 @@ pub fn weak_scaling_summary(
         let bw = bandwidth.unwrap_or(2.0 * (p - 1.0) / p / g(f, "b_s_per_byte"));
         let (s, last) = (g(r, "gradient_bytes"), g(r, "last_bucket_bytes"));
         let bwd = g(base, "backward_s");
+        let exposed = |t: &dyn Fn(f64) -> f64| {
+            let all = t(s);
+            if overlap { t(last).max(all - bwd) } else { all }
+        };
+        // The intra-host fit: the allreduce of the one-host run at K ranks, t = a + b S.
+        let k = ranks_per_host.filter(|&k| k > 1);
+        let intra_run = k.and_then(|k| {
+            runs.iter().find(|r| {
+                g(r, "ranks") as usize == k && r.get("allreduce_fit").is_some_and(|f| !f.is_null())
+            })
+        });
+        let intra = intra_run.map(|r| {
+            let f = &r["allreduce_fit"];
+            (g(f, "a_s"), g(f, "b_s_per_byte"))
+        });
         for pr in [16usize, 32, 64, 128, 256, 512, 1024, 2048] {
             let t = ring_allreduce_seconds(alpha, bw, pr, s);
-            let exposed = if !overlap {
-                t
-            } else {
-                ring_allreduce_seconds(alpha, bw, pr, last).max(t - bwd)
-            };
-            projection.push(json!({"ranks": pr, "allreduce_s": t, "exposed_s": exposed, "efficiency": t1 / (t1 + exposed)}));
+            let e = exposed(&|x| ring_allreduce_seconds(alpha, bw, pr, x));
+            let mut row =
+                json!({"ranks": pr, "allreduce_s": t, "exposed_s": e, "efficiency": t1 / (t1 + e)});
+            if let (Some(k), Some((a, b))) = (k, intra)
+                && pr.is_multiple_of(k)
+            {
+                let hier = |x: f64| hier_allreduce_seconds(|y| a + b * y, alpha, bw, pr, k, x);
+                let e = exposed(&hier);
+                row["hosts"] = json!(pr / k);
+                row["hier_allreduce_s"] = json!(hier(s));
+                row["hier_exposed_s"] = json!(e);
+                row["hier_efficiency"] = json!(t1 / (t1 + e));
+            }
+            projection.push(row);
         }
         model = json!({
             "alpha_s": alpha, "bandwidth_bytes_per_s": bw, "measured_at_ranks": p as usize,
@@ -441,6 +513,14 @@ pub fn weak_scaling_summary(
             "formula": "t_allreduce(P,S) = 2(P-1) alpha + 2(P-1)/P * S/B (ring); exposed(P) = max(t(P, S_last_bucket), t(P, S_gradient) - T_backward(1 rank)); efficiency(P) = T_step(1 rank) / (T_step(1 rank) + exposed(P))",
             "fit": r["allreduce_fit"],
         });
+        if let (Some(k), Some(r)) = (k, intra_run) {
+            model["hier"] = json!({
+                "ranks_per_host": k,
+                "intra_fit": r["allreduce_fit"],
+                "intra_source": format!("allreduce fit of the {k}-rank (one-host) run"),
+                "formula": "t_hier(P,S) = t_intra(K,S) + t_ring(P/K hosts, S) + t_bcast_intra(K,S); t_intra(K,S) = a_K + b_K S (fit at K ranks); t_ring with the alpha and B above; t_bcast_intra = t_intra / 2 (estimate); exposed and efficiency as for the ring",
+            });
+        }
     }
     (rows, model, projection)
 }
@@ -471,6 +551,7 @@ mod tests {
             bandwidth: None,
             comm_timeout: 60.0,
             worker_args: Vec::new(),
+            ranks_per_host: None,
         }
     }
 
@@ -494,6 +575,45 @@ mod tests {
     }
 
     #[test]
+    fn ranks_per_host_adds_the_hierarchical_projection() {
+        let o = WeakScalingOptions {
+            ranks_per_host: Some(2),
+            ..tiny(vec![1, 2, 4])
+        };
+        let v = weak_scaling(&o, &mut |_| {}).unwrap();
+        let hier = &v["comm_model"]["hier"];
+        assert_eq!(hier["ranks_per_host"], 2, "{v}");
+        assert!(
+            hier["formula"]
+                .as_str()
+                .unwrap()
+                .contains("t_ring(P/K hosts, S)")
+        );
+        for p in v["projection"].as_array().unwrap() {
+            let (ring, h) = (
+                p["allreduce_s"].as_f64().unwrap(),
+                p["hier_allreduce_s"].as_f64(),
+            );
+            assert!(ring > 0.0 && h.is_some_and(|h| h > 0.0), "{p}");
+            assert_eq!(
+                p["hosts"].as_u64().unwrap() * 2,
+                p["ranks"].as_u64().unwrap()
+            );
+            let e = p["hier_efficiency"].as_f64().unwrap();
+            assert!(e > 0.0 && e <= 1.0, "{p}");
+        }
+        // Without --ranks-per-host, no hierarchical figures.
+        let v = weak_scaling(&tiny(vec![1, 2]), &mut |_| {}).unwrap();
+        assert!(v["comm_model"]["hier"].is_null());
+        assert!(v["projection"][0]["hier_allreduce_s"].is_null());
+        // The formula itself: one host of K is the intra part plus its broadcast estimate.
+        let t = hier_allreduce_seconds(|s| 1.0 + s, 0.5, 1.0, 8, 8, 2.0);
+        assert_eq!(t, 3.0 + 0.0 + 1.5);
+        let t = hier_allreduce_seconds(|_| 0.0, 0.5, 1.0, 8, 2, 2.0);
+        assert_eq!(t, ring_allreduce_seconds(0.5, 1.0, 4, 2.0));
+    }
+
+    #[test]
     fn bad_scaling_options_are_errors_naming_the_flag() {
         assert_eq!(parse_rank_counts(" 1, 2,4").unwrap(), [1, 2, 4]);
         for bad in ["0", "x", "1,,2", "4097"] {
@@ -504,6 +624,20 @@ mod tests {
         o.run.steps = 0;
         let e = weak_scaling(&o, &mut |_| {}).unwrap_err().to_string();
         assert!(e.contains("--steps must be >= 1"), "{e}");
+        for (ranks, what) in [
+            (vec![1, 3], "multiple of it"),
+            (vec![1, 4], "must include 2"),
+        ] {
+            let o = WeakScalingOptions {
+                ranks_per_host: Some(2),
+                ..tiny(ranks)
+            };
+            let e = weak_scaling(&o, &mut |_| {}).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--ranks-per-host 2") && e.contains(what),
+                "{e}"
+            );
+        }
         let e = weak_scaling(&tiny(Vec::new()), &mut |_| {}).unwrap_err();
         assert_eq!(e.to_string(), "--ranks: expected at least one rank count");
     }
