@@ -53,19 +53,7 @@ impl Job {
         let children: Vec<_> = (0..self.size())
             .map(|r| spawn(self.rank(r, extra)))
             .collect();
-        let mut all = Finished {
-            code: 0,
-            stdout: String::new(),
-            stderr: String::new(),
-            elapsed: Duration::ZERO,
-        };
-        for (r, c) in children.into_iter().enumerate() {
-            let f = finish(c, LIMIT, &format!("hier rank {r}"));
-            all.code = all.code.max(f.code);
-            all.stdout.push_str(&f.stdout);
-            all.stderr.push_str(&f.stderr);
-        }
-        all
+        finish_all(children, LIMIT, "hier")
     }
 }
 

@@ -28,19 +28,7 @@ fn run_ranks(n: usize, extra: &[&str]) -> Finished {
     let children: Vec<_> = (0..n)
         .map(|r| spawn(rank(r, n, port, TOKEN, extra)))
         .collect();
-    let mut all = Finished {
-        code: 0,
-        stdout: String::new(),
-        stderr: String::new(),
-        elapsed: Duration::ZERO,
-    };
-    for (r, c) in children.into_iter().enumerate() {
-        let f = finish(c, LIMIT, &format!("zmq rank {r}"));
-        all.code = all.code.max(f.code);
-        all.stdout.push_str(&f.stdout);
-        all.stderr.push_str(&f.stderr);
-    }
-    all
+    finish_all(children, LIMIT, "zmq")
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use super::Finished;
+use super::{Finished, finish};
 
 /// The digests printed by `ffn comm-selftest` lines in `stdout`, in the order they appear.
 pub fn digests(stdout: &str) -> Vec<String> {
@@ -91,4 +91,22 @@ pub fn wait_for_stderr(child: &mut Child, needle: &str, limit: Duration) {
             Err(_) => panic!("no stderr line containing {needle:?} within {limit:?}; saw: {seen}"),
         }
     }
+}
+
+/// Waits for every rank process (at most `limit` each) and merges their results: the largest exit
+/// code, and all their stdout and stderr in rank order. `what` names them in a timeout panic.
+pub fn finish_all(children: Vec<Child>, limit: Duration, what: &str) -> Finished {
+    let mut all = Finished {
+        code: 0,
+        stdout: String::new(),
+        stderr: String::new(),
+        elapsed: Duration::ZERO,
+    };
+    for (r, c) in children.into_iter().enumerate() {
+        let f = finish(c, limit, &format!("{what} rank {r}"));
+        all.code = all.code.max(f.code);
+        all.stdout.push_str(&f.stdout);
+        all.stderr.push_str(&f.stderr);
+    }
+    all
 }
