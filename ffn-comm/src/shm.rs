@@ -338,6 +338,7 @@ impl ShmComm {
     /// Wakes every rank of the group with an error naming this rank (the `hier` backend's leader
     /// uses it when the collective failed between hosts, so its host's ranks do not wait for the
     /// timeout). The group is unusable afterwards.
+    #[cfg(feature = "zmq")]
     pub(crate) fn abort(&self) {
         self.raise_abort();
     }
