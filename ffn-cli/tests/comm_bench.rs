@@ -14,11 +14,7 @@ fn bench_comm_reports_every_size_on_local_and_shm() {
             .args(["--sizes", "4,64K", "--seconds", "0.02", "--json"]);
         let f = run_named(cmd, Duration::from_secs(120), backend);
         ok(&f, backend);
-        let rows: Vec<serde_json::Value> = f
-            .stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-            .collect();
+        let rows = json_lines(&f.stdout);
         let bytes: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
         assert_eq!(bytes, [4, 65536], "{backend}: {}", f.stdout);
         for r in &rows {

@@ -166,11 +166,7 @@ fn bench_comm_hier_reports_every_size_on_2_hosts_of_2() {
         ]);
     let f = run_named(cmd, LIMIT, "bench comm hier");
     ok(&f, "bench comm --backend hier --ranks 4 --ranks-per-host 2");
-    let rows: Vec<serde_json::Value> = f
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect();
+    let rows = json_lines(&f.stdout);
     let bytes: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
     assert_eq!(bytes, [4, 65536], "{}", f.stdout);
     for r in &rows {

@@ -153,6 +153,16 @@ pub(crate) fn check_root(root: usize, size: usize) -> Result<(), CommError> {
     Ok(())
 }
 
+/// A free TCP port on the loopback interface (the unit tests' rendezvous ports).
+#[cfg(test)]
+pub(crate) fn free_loopback_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 #[cfg(test)]
 mod object_safety {
     use super::Communicator;

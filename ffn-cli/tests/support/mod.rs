@@ -96,3 +96,12 @@ pub fn ok(f: &Finished, what: &str) {
         f.code, f.stdout, f.stderr
     );
 }
+
+/// The JSON object on every line of `stdout` (the `--json` output of the bench commands); a line
+/// that is not JSON fails the test, naming it.
+pub fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}

@@ -12,14 +12,6 @@ fn opts(port: u16) -> CommOptions {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Runs `f` on `hosts x local_size` ranks, each a thread with its own [`HierComm`].
 fn on_threads<T: Send>(
     hosts: usize,
@@ -27,7 +19,7 @@ fn on_threads<T: Send>(
     f: impl Fn(&mut HierComm) -> T + Sync,
 ) -> Vec<T> {
     let n = hosts * local_size;
-    let o = opts(free_port());
+    let o = opts(crate::free_loopback_port());
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|rank| {
@@ -74,7 +66,7 @@ fn a_layout_that_does_not_match_the_world_is_refused() {
         local_rank: 1,
         local_size: 2,
     };
-    let e = HierComm::connect(world, wrong, &opts(free_port()))
+    let e = HierComm::connect(world, wrong, &opts(crate::free_loopback_port()))
         .err()
         .unwrap()
         .to_string();

@@ -15,14 +15,6 @@ fn opts(port: u16, token: &str) -> CommOptions {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn quick(c: &mut ZmqComm) -> Result<u64, conformance::ConformanceError> {
     conformance::run_all(c, &conformance::SuiteOptions::quick()).map(|r| r.digest)
 }
@@ -38,7 +30,7 @@ fn local_digest(n: usize) -> u64 {
 #[test]
 fn conformance_on_threads() {
     for n in [2usize, 3] {
-        let o = opts(free_port(), TOKEN);
+        let o = opts(crate::free_loopback_port(), TOKEN);
         let digests: Vec<u64> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..n)
                 .map(|rank| {
@@ -57,7 +49,7 @@ fn conformance_on_threads() {
 
 #[test]
 fn a_wrong_token_is_refused() {
-    let port = free_port();
+    let port = crate::free_loopback_port();
     std::thread::scope(|s| {
         let h = s.spawn(move || {
             ZmqComm::connect(WorldInfo { rank: 0, size: 2 }, &opts(port, TOKEN))
@@ -91,24 +83,33 @@ fn a_wrong_token_is_refused() {
 #[test]
 fn a_multi_rank_job_without_a_secret_does_not_start() {
     for token in ["", "short"] {
-        let e = ZmqComm::connect(WorldInfo { rank: 0, size: 2 }, &opts(free_port(), token))
-            .err()
-            .unwrap()
-            .to_string();
+        let e = ZmqComm::connect(
+            WorldInfo { rank: 0, size: 2 },
+            &opts(crate::free_loopback_port(), token),
+        )
+        .err()
+        .unwrap()
+        .to_string();
         assert!(
             e.contains("FFN_COMM_TOKEN") && e.contains("at least 16"),
             "{e}"
         );
     }
     // A group of one has nobody to talk to and needs no secret.
-    assert!(ZmqComm::connect(WorldInfo { rank: 0, size: 1 }, &opts(free_port(), "")).is_ok());
+    assert!(
+        ZmqComm::connect(
+            WorldInfo { rank: 0, size: 1 },
+            &opts(crate::free_loopback_port(), "")
+        )
+        .is_ok()
+    );
 }
 
 #[test]
 fn wildcard_bind_addresses_are_refused_unless_asked_for() {
     let o = CommOptions {
         master_addr: "0.0.0.0".into(),
-        ..opts(free_port(), TOKEN)
+        ..opts(crate::free_loopback_port(), TOKEN)
     };
     let e = ZmqComm::connect(WorldInfo { rank: 0, size: 2 }, &o)
         .err()
@@ -120,7 +121,7 @@ fn wildcard_bind_addresses_are_refused_unless_asked_for() {
     );
     let o = CommOptions {
         bind_addr: "*".into(),
-        ..opts(free_port(), TOKEN)
+        ..opts(crate::free_loopback_port(), TOKEN)
     };
     let e = ZmqComm::connect(WorldInfo { rank: 1, size: 2 }, &o)
         .err()
@@ -131,7 +132,7 @@ fn wildcard_bind_addresses_are_refused_unless_asked_for() {
 
 #[test]
 fn a_wrong_world_size_is_refused() {
-    let port = free_port();
+    let port = crate::free_loopback_port();
     std::thread::scope(|s| {
         let h = s.spawn(move || {
             ZmqComm::connect(WorldInfo { rank: 0, size: 2 }, &opts(port, TOKEN)).err()
@@ -254,7 +255,7 @@ fn assert_shut_out(kind: Stranger, intruder: Option<(zmq::Socket, Monitor)>, wai
 #[test]
 fn strangers_cannot_join_the_rendezvous() {
     for kind in STRANGERS {
-        let port = free_port();
+        let port = crate::free_loopback_port();
         let o = opts(port, TOKEN);
         let ctx = zmq::Context::new();
         // A hello that rank 0 would accept from rank 1, with endpoints of the stranger's own.
@@ -307,7 +308,7 @@ fn strangers_cannot_join_the_rendezvous() {
 fn strangers_cannot_inject_into_data_sockets() {
     let keys = Keys::derive(TOKEN).unwrap();
     for kind in STRANGERS {
-        let o = opts(free_port(), TOKEN);
+        let o = opts(crate::free_loopback_port(), TOKEN);
         let ctx = zmq::Context::new();
         let (tx, rx) = std::sync::mpsc::channel::<Vec<(usize, String)>>();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
