@@ -157,11 +157,12 @@ fn ensure_groups(spec: &VolumeSpec) -> Result<(), IoError> {
 /// other arrays of the store are kept.
 pub(crate) fn write<T: Sample>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
     ensure_groups(spec)?;
-    let target = spec.path.join(spec.dataset.trim_matches('/'));
-    let target = if spec.dataset.trim_matches('/').is_empty() {
+    // A root array is the store folder itself; Path::join of "" would add a trailing '/'.
+    let leaf = spec.dataset.trim_matches('/');
+    let target = if leaf.is_empty() {
         spec.path.clone()
     } else {
-        target
+        spec.path.join(leaf)
     };
     crate::atomic::replace_dir(&target, |tmp| {
         std::fs::create_dir(tmp).map_err(|e| IoError::os(tmp, e))?;
