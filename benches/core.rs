@@ -8,7 +8,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ffn_core::conv::winograd::{self, WinogradScratch};
-use ffn_core::conv::{Conv3dParams, fast};
+use ffn_core::conv::{Conv3dParams, Simd, fast};
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::{ConvStack3d, analytic_flops};
 use ffn_core::rng::Rng;
@@ -50,18 +50,20 @@ fn conv_kernels(c: &mut Criterion) {
     fast::flip_weights(&p, &w, &mut flipped);
     let (mut gw, mut gb, mut scratch) = (vec![0.0; w.len()], vec![0.0; 32], Vec::new());
 
+    let simd = Simd::active();
     let mut group = c.benchmark_group("conv3d_33cube_32to32");
     group.sample_size(10);
     group.throughput(Throughput::Elements(p.forward_flops()));
     group.bench_function("forward", |b| {
-        b.iter(|| fast::forward(&p, &g, black_box(&input), &w, &bias, true, &mut out))
+        b.iter(|| fast::forward(simd, &p, &g, black_box(&input), &w, &bias, true, &mut out))
     });
     group.bench_function("input_grad", |b| {
-        b.iter(|| fast::backward_input(&p, &g, black_box(&gout), &flipped, &mut out))
+        b.iter(|| fast::backward_input(simd, &p, &g, black_box(&gout), &flipped, &mut out))
     });
     group.bench_function("weight_grad", |b| {
         b.iter(|| {
             fast::backward_weights(
+                simd,
                 &p,
                 &g,
                 black_box(&input),
@@ -77,6 +79,7 @@ fn conv_kernels(c: &mut Criterion) {
     group.bench_function("winograd_forward", |b| {
         b.iter(|| {
             winograd::forward(
+                simd,
                 &p,
                 &g,
                 black_box(&input),
@@ -91,6 +94,7 @@ fn conv_kernels(c: &mut Criterion) {
     group.bench_function("winograd_input_grad", |b| {
         b.iter(|| {
             winograd::forward(
+                simd,
                 &p,
                 &g,
                 black_box(&gout),
@@ -104,7 +108,16 @@ fn conv_kernels(c: &mut Criterion) {
     });
     group.bench_function("winograd_weight_grad", |b| {
         b.iter(|| {
-            winograd::backward_weights(&p, &g, black_box(&input), &gout, &mut gw, &mut gb, &mut ws)
+            winograd::backward_weights(
+                simd,
+                &p,
+                &g,
+                black_box(&input),
+                &gout,
+                &mut gw,
+                &mut gb,
+                &mut ws,
+            )
         })
     });
     group.finish();

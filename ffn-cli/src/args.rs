@@ -52,6 +52,29 @@ pub(crate) fn parse_conv_algorithm(
         .ok_or_else(|| format!("expected `winograd` or `direct`, found `{name}`"))
 }
 
+/// Parses `--simd` (`portable`, `avx2` or `avx512`) for clap.
+pub(crate) fn parse_simd(name: &str) -> Result<ffn_core::conv::Simd, String> {
+    ffn_core::conv::Simd::from_name(name)
+        .ok_or_else(|| format!("expected `portable`, `avx2` or `avx512`, found `{name}`"))
+}
+
+/// The SIMD cap of this process: `--simd` when given, else `$FFN_SIMD` when set.
+///
+/// # Errors
+/// A `FFN_SIMD` that names no level.
+pub(crate) fn simd_limit(
+    flag: Option<ffn_core::conv::Simd>,
+    env: Option<String>,
+) -> anyhow::Result<Option<ffn_core::conv::Simd>> {
+    match (flag, env) {
+        (Some(s), _) => Ok(Some(s)),
+        (None, None) => Ok(None),
+        (None, Some(name)) => parse_simd(&name)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("environment variable FFN_SIMD: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +98,17 @@ mod tests {
             ("fib", "d/v.zarr/raw")
         );
         assert_eq!(parse_named_spec("d/v.zarr/raw").unwrap().0, "v");
+    }
+
+    #[test]
+    fn simd_cap_comes_from_the_flag_then_the_environment() {
+        use ffn_core::conv::Simd;
+        let env = |v: &str| Some(v.to_string());
+        assert_eq!(simd_limit(None, None).unwrap(), None);
+        assert_eq!(simd_limit(None, env("avx2")).unwrap(), Some(Simd::Avx2));
+        let flag = Some(Simd::Portable);
+        assert_eq!(simd_limit(flag, env("avx512")).unwrap(), flag);
+        let e = simd_limit(None, env("sse4")).unwrap_err().to_string();
+        assert!(e.contains("FFN_SIMD") && e.contains("`sse4`"), "{e}");
     }
 }

@@ -14,6 +14,11 @@ use std::process::ExitCode;
 #[derive(Parser, Debug)]
 #[command(name = "ffn", version, about, long_about = None, propagate_version = true)]
 struct Cli {
+    /// The widest SIMD kernels the convolutions may use: `avx512`, `avx2` or `portable` (default:
+    /// `$FFN_SIMD`, else the widest this CPU has). AVX2 and AVX-512 give the same bits; `portable`
+    /// (and with it the direct convs in place of Winograd) differs in rounding.
+    #[arg(long, global = true, value_parser = args::parse_simd)]
+    simd: Option<ffn_core::conv::Simd>,
     #[command(subcommand)]
     command: commands::Command,
 }
@@ -45,6 +50,14 @@ fn print_error(err: &anyhow::Error) {
 fn main() -> ExitCode {
     default_sigpipe();
     let cli = Cli::parse();
+    match args::simd_limit(cli.simd, std::env::var("FFN_SIMD").ok()) {
+        Ok(Some(limit)) => ffn_core::conv::Simd::set_limit(limit),
+        Ok(None) => {}
+        Err(err) => {
+            print_error(&err);
+            return ExitCode::FAILURE;
+        }
+    }
     if let Err(err) = ffn_io::atomic::fail_writes_past_file_size_limit() {
         print_error(&err.into());
         return ExitCode::FAILURE;

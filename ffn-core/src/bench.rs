@@ -8,6 +8,7 @@ use alloc::vec::Vec;
 use std::time::Instant;
 
 use crate::CoreError;
+use crate::conv::Simd;
 use crate::conv::winograd::ConvAlgorithm;
 use crate::model_spec::ModelConfig;
 use crate::network::{ConvStack3d, analytic_flops};
@@ -35,6 +36,8 @@ pub struct NetworkBenchOptions {
     pub conv: ConvAlgorithm,
     /// With a convolution other than `direct`: also compare the first call's result with `direct`.
     pub compare: bool,
+    /// The SIMD kernels asked for (the widest supported one below it runs: [`Simd::usable`]).
+    pub simd: Simd,
 }
 
 impl NetworkBenchOptions {
@@ -85,6 +88,8 @@ pub struct NetworkBench {
     pub gflops: f64,
     /// The logits (forward) or gradients (train) against the direct convolution, when compared.
     pub vs_direct: Option<Deviation>,
+    /// The SIMD kernels that ran.
+    pub simd: Simd,
 }
 
 /// The median (0 for no values); sorts `values`.
@@ -133,6 +138,7 @@ pub fn measure_network(o: &NetworkBenchOptions) -> Result<NetworkBench, CoreErro
         examples_per_s,
         gflops: flops_per_example as f64 * examples_per_s / 1e9,
         vs_direct,
+        simd: o.simd.usable(),
     })
 }
 
@@ -151,6 +157,7 @@ impl Setup {
         let mut rng = Rng::new(o.seed);
         let mut net = ConvStack3d::new(o.model, 0.01, &mut rng);
         net.set_conv_algorithm(conv);
+        net.set_simd(o.simd);
         let (image, seed, labels) = make_batch(&o.model, o.batch, &mut rng);
         Self {
             logits: vec![0.0; image.len()],
@@ -251,6 +258,7 @@ mod tests {
             seed: 0,
             conv: ConvAlgorithm::Winograd,
             compare: true,
+            simd: Simd::active(),
         }
     }
 

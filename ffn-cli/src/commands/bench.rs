@@ -5,6 +5,7 @@ use anyhow::{Result, anyhow};
 use clap::Subcommand;
 use ffn_core::CoreError;
 use ffn_core::bench::{NetworkBenchOptions, measure_network};
+use ffn_core::conv::Simd;
 use ffn_core::conv::winograd::ConvAlgorithm;
 use ffn_core::model_spec::ModelConfig;
 
@@ -99,6 +100,7 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
         seed: a.seed,
         conv: a.conv,
         compare: !a.no_compare,
+        simd: Simd::active(),
     };
     let r = measure_network(&o).map_err(|e| match e {
         CoreError::InvalidConfig(e) => anyhow!("bench: {e}"),
@@ -123,6 +125,7 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
                 "reps": a.reps,
                 "flops_per_example": r.flops_per_example,
                 "conv": a.conv.name(),
+                "simd": r.simd.name(),
                 "vs_direct": r.vs_direct.map(|d| serde_json::json!({
                     "max_abs_diff": d.max_abs,
                     "relative_l2": d.relative_l2,
@@ -136,7 +139,11 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
          {} threads; median of {} calls {med:.3} s, min {min:.3} s)",
         a.depth, a.fov, a.features, a.batch, a.threads, a.reps
     );
-    println!("conv algorithm: {}", a.conv.name());
+    println!(
+        "conv algorithm: {}, SIMD kernels: {}",
+        a.conv.name(),
+        r.simd
+    );
     if let Some(d) = r.vs_direct {
         let what = if train { "gradients" } else { "logits" };
         println!(

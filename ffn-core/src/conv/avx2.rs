@@ -1,5 +1,5 @@
-//! Micro-kernels for x86-64 with AVX2 and FMA (detected at run time with `std`, chosen at compile
-//! time without it), for output widths that are multiples of 32 channels: the direct convolution,
+//! Micro-kernels for x86-64 with AVX2 and FMA (chosen by [`super::Simd`]: detected at run time
+//! with `std`, at compile time without it), for output widths that are multiples of 32 channels: the direct convolution,
 //! the Winograd products and the weight-gradient accumulation.
 //!
 //! For one output row, one `(dz, dy)` tap pair and one block of 32 output channels, a tile of up to
@@ -12,19 +12,6 @@ use core::arch::x86_64::*;
 
 /// Output channels per block.
 pub(crate) const BLOCK: usize = 32;
-
-/// True when this CPU runs the kernels: detected at run time with `std`; without `std`, when the
-/// build enables AVX2 and FMA (`-C target-feature=+avx2,+fma` or a `target-cpu` that has them).
-pub(crate) fn available() -> bool {
-    #[cfg(feature = "std")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(feature = "std"))]
-    {
-        cfg!(all(target_feature = "avx2", target_feature = "fma"))
-    }
-}
 
 /// `out[i][0..32] (+)= sum_kk inp[i * cin + kk * ks] * w[kk * w_rs + 0..32]` for `i < NV`.
 ///

@@ -4,10 +4,11 @@
 //! Every function takes the padded geometry `g` of its buffers ([`Padded`], border `g.pad >= kernel /
 //! 2`), and the conv sizes `p` (`p.batch == g.batch`, `p.size == g.size`). Inputs must be zero on the
 //! border (as [`Padded::pad_from`] and the outputs of these functions leave them); outputs are
-//! written with a zero border.
+//! written with a zero border. The conv functions take the [`Simd`] level whose kernels run (or the
+//! widest this CPU has below it); [`Simd::active`] is the usual choice.
 
-use super::Conv3dParams;
 use super::gemm::{View, sgemm};
+use super::{Conv3dParams, Kernels, Simd};
 use crate::parallel;
 use crate::tensor::Padded;
 use alloc::vec::Vec;
@@ -63,6 +64,7 @@ fn tap_back(g: &Padded, h: usize) -> usize {
 /// Core kernel: `out = act(conv(input, w) + bias)` over all planes, `k` kernel, `cin -> cout`.
 #[allow(clippy::too_many_arguments)]
 fn conv_planes(
+    simd: Simd,
     g: &Padded,
     k: usize,
     cin: usize,
@@ -88,15 +90,15 @@ fn conv_planes(
     let h = k / 2;
     let back = tap_back(g, h);
     let (p, sz) = (g.pad, g.size[0]);
-    let direct = super::simd_kernels_available(cout);
+    let direct = super::simd_kernels(cout, simd);
     parallel::for_each_chunk_mut(out, plane * cout, |idx, chunk| {
         let zp = idx % dz;
         let Some(rows) = rows.filter(|_| zp >= p && zp < p + sz) else {
             chunk.fill(0.0);
             return;
         };
-        if direct {
-            direct_rows(g, k, cin, cout, input, w, idx, chunk);
+        if let Some(kernels) = direct {
+            direct_rows(kernels, g, k, cin, cout, input, w, idx, chunk);
         } else {
             let row0 = idx * plane + rows.first;
             let dst = &mut chunk[rows.first * cout..];
@@ -139,6 +141,7 @@ fn conv_planes(
 /// The interior rows of output plane `idx` (whole-buffer plane index) with the direct kernel.
 #[allow(clippy::too_many_arguments)]
 fn direct_rows(
+    kernels: Kernels,
     g: &Padded,
     k: usize,
     cin: usize,
@@ -164,10 +167,10 @@ fn direct_rows(
                 last_in < g.voxels() && (first + sx) * cout <= chunk.len(),
                 "conv3d: direct kernel bounds"
             );
-            // SAFETY: AVX2/FMA were detected (simd_kernels_available), cout is a multiple of 32, and the
-            // asserts above bound every input voxel read and every output voxel written.
+            // SAFETY: the instruction set was detected (simd_kernels), cout is a multiple of 32, and
+            // the asserts above bound every input voxel read and every output voxel written.
             unsafe {
-                super::avx2::row(
+                kernels.row(
                     input.as_ptr().add(in0 * cin),
                     cin,
                     k,
@@ -182,18 +185,22 @@ fn direct_rows(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (g, k, cin, cout, input, w, idx, chunk);
+        let _ = (kernels, g, k, cin, cout, input, w, idx, chunk);
         unreachable!("direct kernel selected without SIMD support");
     }
 }
 
-/// Forward pass: `out = conv(input, weights) + bias`, followed by ReLU when `relu`.
+/// Forward pass: `out = conv(input, weights) + bias`, followed by ReLU when `relu`, with the
+/// kernels of `simd` (or the widest this CPU has below it: [`Simd::usable`]; [`Simd::active`] is
+/// the default).
 ///
 /// Buffers: `input` `g.len(in)`, `out` `g.len(out)`, `weights` `[k, k, k, in, out]`, `bias` `[out]`.
 ///
 /// # Panics
 /// When a length or the geometry does not match `p`.
+#[allow(clippy::too_many_arguments)]
 pub fn forward(
+    simd: Simd,
     p: &Conv3dParams,
     g: &Padded,
     input: &[f32],
@@ -204,6 +211,7 @@ pub fn forward(
 ) {
     check(p, g);
     conv_planes(
+        simd,
         g,
         p.kernel,
         p.in_channels,
@@ -250,6 +258,7 @@ pub fn flip_weights(p: &Conv3dParams, weights: &[f32], flipped: &mut [f32]) {
 /// # Panics
 /// When a length or the geometry does not match `p`.
 pub fn backward_input(
+    simd: Simd,
     p: &Conv3dParams,
     g: &Padded,
     grad_out: &[f32],
@@ -258,6 +267,7 @@ pub fn backward_input(
 ) {
     check(p, g);
     conv_planes(
+        simd,
         g,
         p.kernel,
         p.out_channels,
@@ -277,6 +287,7 @@ pub fn backward_input(
 /// When a length or the geometry does not match `p`.
 #[allow(clippy::too_many_arguments)]
 pub fn backward_weights(
+    simd: Simd,
     p: &Conv3dParams,
     g: &Padded,
     input: &[f32],
@@ -329,6 +340,7 @@ pub fn backward_weights(
                 };
                 let wo = (tz * k + ty) * k * cin * cout;
                 super::accumulate_products(
+                    simd,
                     k * cin,
                     cout,
                     rows.count,

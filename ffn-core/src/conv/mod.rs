@@ -15,12 +15,13 @@
 //!   GEMM. The input gradient is the same kernel run with flipped, transposed weights
 //!   ([`fast::flip_weights`]); the weight gradient is a GEMM of the transposed virtual im2col matrix
 //!   with the output gradient. Output planes are spread over threads ([`crate::parallel`]).
-//! - On x86-64 with AVX2 and FMA (detected at run time with `std`; without `std` when the build
-//!   enables both target features), convs with a multiple of 32
+//! - On x86-64 with AVX2 and FMA, or AVX-512F ([`Simd`]: detected at run time with `std`; without
+//!   `std` when the build enables the target features), convs with a multiple of 32
 //!   output channels (forward and input gradient of the hidden layers) run a direct register-tiled
-//!   kernel instead of the GEMMs: 3 voxels x 32 channels of accumulators per tile, the weights of one
-//!   tap pair kept in L1. Same arithmetic, tested against the reference like the GEMM path.
-//!   The weight gradients accumulate in registers by the same tile shape (3 rows x 32 channels)
+//!   kernel instead of the GEMMs: 3 (AVX2) or up to 12 (AVX-512) voxels x 32 channels of
+//!   accumulators per tile, the weights of one tap pair kept in L1. Same arithmetic, tested against
+//!   the reference like the GEMM path; AVX2 and AVX-512 give the same bits.
+//!   The weight gradients accumulate in registers by the same tile shapes
 //!   instead of GEMM calls, so a warm training step allocates nothing.
 //! - [`winograd`]: 3x3x3 convs by Winograd F(4, 3) along x (forward, input gradient and weight
 //!   gradient), 6 multiply-adds where the direct sum needs 12; the network's default
@@ -29,10 +30,15 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 pub mod fast;
 pub(crate) mod gemm;
 pub mod reference;
+mod simd;
 pub mod winograd;
+
+pub use simd::Simd;
 
 #[cfg(test)]
 mod tests;
@@ -90,27 +96,93 @@ impl Conv3dParams {
     }
 }
 
-/// Whether the x86-64 SIMD kernels (AVX2 + FMA: detected at run time with `std`, enabled at
-/// compile time without it) handle `cout` output channels on this CPU: the direct kernel of
-/// [`fast`], the product kernel of [`winograd`] and the weight-gradient accumulation. Otherwise
-/// (other targets, other CPUs, other widths) portable code runs.
-pub(crate) fn simd_kernels_available(cout: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        cout.is_multiple_of(avx2::BLOCK) && avx2::available()
+/// The register-tiled SIMD kernels of one instruction set: the direct kernel of [`fast`], the
+/// product kernel of [`winograd`] and the weight-gradient accumulation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kernels {
+    /// [`avx2`]: AVX2 and FMA.
+    Avx2,
+    /// [`avx512`]: AVX-512F.
+    Avx512,
+}
+
+/// The SIMD kernels that compute `cout` output channels when `simd` is asked for: the widest
+/// this CPU runs up to `simd` ([`Simd::usable`]), when `cout` is a multiple of 32. `None`: the
+/// portable code runs (other targets, other CPUs, other widths, or [`Simd::Portable`]).
+pub(crate) fn simd_kernels(cout: usize, simd: Simd) -> Option<Kernels> {
+    if !cfg!(target_arch = "x86_64") || !cout.is_multiple_of(32) {
+        return None;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = cout;
-        false
+    match simd.usable() {
+        Simd::Portable => None,
+        Simd::Avx2 => Some(Kernels::Avx2),
+        Simd::Avx512 => Some(Kernels::Avx512),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Kernels {
+    /// The direct rows of [`avx2::row`] or [`avx512::row`].
+    ///
+    /// # Safety
+    /// `self` must come from [`simd_kernels`] for `cout`; the pointers as [`avx2::row`] says.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn row(
+        self,
+        inp_row0: *const f32,
+        cin: usize,
+        k: usize,
+        tap_pair: impl Fn(usize, usize) -> usize,
+        w: *const f32,
+        cout: usize,
+        out_row: *mut f32,
+        nx: usize,
+    ) {
+        // SAFETY: the caller's contract; the instruction set was detected by simd_kernels.
+        unsafe {
+            match self {
+                Kernels::Avx2 => avx2::row(inp_row0, cin, k, tap_pair, w, cout, out_row, nx),
+                Kernels::Avx512 => avx512::row(inp_row0, cin, k, tap_pair, w, cout, out_row, nx),
+            }
+        }
+    }
+
+    /// The Winograd products of [`avx2::winograd_rows`] or [`avx512::winograd_rows`].
+    ///
+    /// # Safety
+    /// `self` must come from [`simd_kernels`]; the pointers as [`avx2::winograd_rows`] says.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn winograd_rows(
+        self,
+        taps: &[*const f32; 3],
+        cin: usize,
+        w: *const f32,
+        w_rs: usize,
+        sums: *mut f32,
+        sums_rs: usize,
+        nt: usize,
+        accumulate: bool,
+    ) {
+        // SAFETY: the caller's contract; the instruction set was detected by simd_kernels.
+        unsafe {
+            match self {
+                Kernels::Avx2 => {
+                    avx2::winograd_rows(taps, cin, w, w_rs, sums, sums_rs, nt, accumulate)
+                }
+                Kernels::Avx512 => {
+                    avx512::winograd_rows(taps, cin, w, w_rs, sums, sums_rs, nt, accumulate)
+                }
+            }
+        }
     }
 }
 
 /// `dst[r][o] += Σ_kk lhs[r][kk] * rhs[kk][o]` (`m x n`, depth `k`, `dst` row stride `dst_rs`):
-/// the accumulation of the weight gradients. The AVX2 kernel (registers only, no allocation) runs
-/// when [`simd_kernels_available`] for `n`; otherwise the GEMM of [`gemm`].
+/// the accumulation of the weight gradients. The SIMD kernels (registers only, no allocation) run
+/// when [`simd_kernels`] has them for `n` and `simd`; otherwise the GEMM of [`gemm`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn accumulate_products(
+    simd: Simd,
     m: usize,
     n: usize,
     k: usize,
@@ -120,7 +192,7 @@ pub(crate) fn accumulate_products(
     rhs: gemm::View<'_>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if simd_kernels_available(n) && rhs.cs == 1 {
+    if let Some(kernels) = simd_kernels(n, simd).filter(|_| rhs.cs == 1) {
         if m == 0 || k == 0 {
             return;
         }
@@ -138,25 +210,25 @@ pub(crate) fn accumulate_products(
             last(rhs.rs, 1, k, n) < rhs.data.len(),
             "accumulate_products: rhs"
         );
-        // SAFETY: AVX2/FMA were detected and n % 32 == 0 (simd_kernels_available); the asserts
+        let args = (lhs.data.as_ptr(), rhs.data.as_ptr(), dst.as_mut_ptr());
+        // SAFETY: the instruction set was detected and n % 32 == 0 (simd_kernels); the asserts
         // bound every element of lhs (m x k at strides rs, cs), rhs (k x n, row stride rs) and dst
         // (m rows of n at stride dst_rs) that the kernel touches.
         unsafe {
-            avx2::accumulate_products(
-                m,
-                n,
-                k,
-                lhs.data.as_ptr(),
-                lhs.rs,
-                lhs.cs,
-                rhs.data.as_ptr(),
-                rhs.rs,
-                dst.as_mut_ptr(),
-                dst_rs,
-            );
+            let (l, r, d) = args;
+            match kernels {
+                Kernels::Avx2 => {
+                    avx2::accumulate_products(m, n, k, l, lhs.rs, lhs.cs, r, rhs.rs, d, dst_rs)
+                }
+                Kernels::Avx512 => {
+                    avx512::accumulate_products(m, n, k, l, lhs.rs, lhs.cs, r, rhs.rs, d, dst_rs)
+                }
+            }
         }
         return;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = simd;
     gemm::sgemm(m, n, k, dst, dst_rs, true, lhs, rhs);
 }
 

@@ -1,7 +1,7 @@
 //! Reference-vs-fast tests on awkward shapes, and finite-difference checks of the reference.
 #![allow(clippy::needless_range_loop)]
 
-use super::{Conv3dParams, fast, reference, winograd};
+use super::{Conv3dParams, Simd, fast, reference, winograd};
 use crate::rng::Rng;
 use crate::tensor::Padded;
 use crate::testutil::{assert_close, finite_diff, seed, uniform};
@@ -43,39 +43,74 @@ fn fast_matches_reference_on_awkward_shapes() {
     let mut scratch = Vec::new();
     for p in shapes() {
         for extra in [0, 1] {
-            check_against_reference(&p, p.half() + extra, &mut rng, &mut scratch);
+            check_against_reference(Simd::active(), &p, p.half() + extra, &mut rng, &mut scratch);
         }
     }
 }
 
-/// Shapes with 32 or 64 output channels: on x86-64 with AVX2 these run the direct SIMD kernel
-/// (forward and input gradient), elsewhere the GEMM path.
+/// The SIMD levels this CPU runs, each named on stderr: the paths a test went through.
+fn levels_run_here(test: &str) -> Vec<Simd> {
+    let levels: Vec<Simd> = Simd::ALL.into_iter().filter(|s| s.supported()).collect();
+    note(&alloc::format!("{test}: SIMD paths run: {levels:?}"));
+    levels
+}
+
+/// A line on stderr (with `std`), for what a test ran.
+fn note(line: &str) {
+    #[cfg(feature = "std")]
+    std::eprintln!("{line}");
+    #[cfg(not(feature = "std"))]
+    let _ = line;
+}
+
+/// Shapes with 32 or 64 output channels, through every SIMD level this CPU has: on x86-64 the AVX2
+/// and AVX-512 direct kernels (forward and input gradient) and products (weight gradient), and
+/// the GEMM path of the portable level.
 #[test]
 fn wide_outputs_match_reference() {
     let mut rng = Rng::new(seed(12));
     let mut scratch = Vec::new();
+    for simd in levels_run_here("wide_outputs_match_reference") {
+        for p in wide_shapes() {
+            check_against_reference(simd, &p, p.half(), &mut rng, &mut scratch);
+            check_against_reference(simd, &p, p.half() + 1, &mut rng, &mut scratch);
+        }
+    }
+}
+
+/// Convs whose output width (32, 64) the SIMD kernels take, with rows of 1 to 33 voxels (full
+/// and partial AVX-512 tiles of 12).
+fn wide_shapes() -> Vec<Conv3dParams> {
+    let mut v = Vec::new();
     for (batch, size, kernel, cin, cout) in [
         (2, [3, 4, 5], 3, 32, 32),
         (1, [2, 1, 7], 3, 2, 32),
         (1, [3, 3, 4], 1, 1, 32),
         (3, [1, 2, 2], 3, 32, 64),
         (1, [2, 3, 8], 3, 3, 32),
+        (1, [1, 2, 25], 3, 32, 32),
+        (1, [2, 1, 33], 1, 32, 32),
     ] {
-        let p = Conv3dParams {
+        v.push(Conv3dParams {
             batch,
             size,
             kernel,
             in_channels: cin,
             out_channels: cout,
-        };
-        check_against_reference(&p, p.half(), &mut rng, &mut scratch);
-        check_against_reference(&p, p.half() + 1, &mut rng, &mut scratch);
+        });
     }
+    v
 }
 
 /// Forward (with and without ReLU), input and weight gradients of the fast path against the
 /// reference, with border `pad`.
-fn check_against_reference(p: &Conv3dParams, pad: usize, rng: &mut Rng, scratch: &mut Vec<f32>) {
+fn check_against_reference(
+    simd: Simd,
+    p: &Conv3dParams,
+    pad: usize,
+    rng: &mut Rng,
+    scratch: &mut Vec<f32>,
+) {
     let p = *p;
     {
         {
@@ -84,7 +119,7 @@ fn check_against_reference(p: &Conv3dParams, pad: usize, rng: &mut Rng, scratch:
             let w = uniform(rng, p.weights_len());
             let b = uniform(rng, p.out_channels);
             let gout = uniform(rng, p.output_len());
-            let what = alloc::format!("{p:?} pad {}", g.pad);
+            let what = alloc::format!("{p:?} pad {} {simd}", g.pad);
 
             // Forward, with and without ReLU.
             let mut want = vec![0.0; p.output_len()];
@@ -93,7 +128,7 @@ fn check_against_reference(p: &Conv3dParams, pad: usize, rng: &mut Rng, scratch:
             g.pad_from(&input, p.in_channels, &mut inp);
             for relu in [false, true] {
                 let mut out = vec![f32::NAN; g.len(p.out_channels)];
-                fast::forward(&p, &g, &inp, &w, &b, relu, &mut out);
+                fast::forward(simd, &p, &g, &inp, &w, &b, relu, &mut out);
                 let mut check = out.clone();
                 g.zero_border(&mut check, p.out_channels);
                 assert_eq!(check, out, "{what}: border not zero");
@@ -121,7 +156,7 @@ fn check_against_reference(p: &Conv3dParams, pad: usize, rng: &mut Rng, scratch:
             let mut flipped = vec![0.0; p.weights_len()];
             fast::flip_weights(&p, &w, &mut flipped);
             let mut gi = vec![f32::NAN; g.len(p.in_channels)];
-            fast::backward_input(&p, &g, &gop, &flipped, &mut gi);
+            fast::backward_input(simd, &p, &g, &gop, &flipped, &mut gi);
             let mut got_gi = vec![0.0; p.input_len()];
             g.unpad_into(&gi, p.in_channels, &mut got_gi);
             assert_close(
@@ -138,7 +173,7 @@ fn check_against_reference(p: &Conv3dParams, pad: usize, rng: &mut Rng, scratch:
             reference::backward_weights(&p, &input, &gout, &mut want_gw, &mut want_gb);
             let mut gw = vec![f32::NAN; p.weights_len()];
             let mut gb = vec![f32::NAN; p.out_channels];
-            fast::backward_weights(&p, &g, &inp, &gop, &mut gw, &mut gb, scratch);
+            fast::backward_weights(simd, &p, &g, &inp, &gop, &mut gw, &mut gb, scratch);
             assert_close(
                 &alloc::format!("weight grad {what}"),
                 &gw,
@@ -188,6 +223,7 @@ fn zero_sizes_give_empty_results() {
     let inp = vec![1.0; g.len(2)];
     let mut out = vec![5.0; g.len(2)];
     fast::forward(
+        Simd::active(),
         &p,
         &g,
         &inp,
@@ -198,7 +234,7 @@ fn zero_sizes_give_empty_results() {
     );
     assert!(out.iter().all(|v| *v == 0.0));
     let (mut gw, mut gb, mut s) = (vec![3.0; p.weights_len()], vec![3.0; 2], Vec::new());
-    fast::backward_weights(&p, &g, &inp, &out, &mut gw, &mut gb, &mut s);
+    fast::backward_weights(Simd::active(), &p, &g, &inp, &out, &mut gw, &mut gb, &mut s);
     assert!(gw.iter().chain(&gb).all(|v| *v == 0.0));
 }
 
@@ -272,13 +308,14 @@ fn reference_gradients_match_finite_differences() {
 /// flipped weights, and the Winograd weight and bias gradients, against the f64 reference. The tolerance scales with the sum of the absolute
 /// terms of each output (the reference run on absolute values): `2e-5` of it.
 fn check_winograd(
+    simd: Simd,
     p: &Conv3dParams,
     pad: usize,
     rng: &mut Rng,
     scratch: &mut winograd::WinogradScratch,
 ) {
     let g = Padded::new(p.batch, p.size, pad);
-    let what = alloc::format!("{p:?} pad {pad}");
+    let what = alloc::format!("{p:?} pad {pad} {simd}");
     let input = uniform(rng, p.input_len());
     let w = uniform(rng, p.weights_len());
     let b = uniform(rng, p.out_channels);
@@ -301,7 +338,7 @@ fn check_winograd(
     g.pad_from(&input, p.in_channels, &mut inp);
     for relu in [false, true] {
         let mut out = vec![f32::NAN; g.len(p.out_channels)];
-        winograd::forward(p, &g, &inp, &w, Some(&b), relu, &mut out, scratch);
+        winograd::forward(simd, p, &g, &inp, &w, Some(&b), relu, &mut out, scratch);
         let mut bordered = out.clone();
         g.zero_border(&mut bordered, p.out_channels);
         assert_eq!(bordered, out, "winograd {what}: border not zero");
@@ -336,7 +373,7 @@ fn check_winograd(
         residual: Some(&res),
     };
     let mut out = vec![f32::NAN; g.len(p.out_channels)];
-    winograd::forward_fused(p, &g, &inp, &w, fusion, &mut out, scratch);
+    winograd::forward_fused(simd, p, &g, &inp, &w, fusion, &mut out, scratch);
     let mut got = vec![0.0; p.output_len()];
     g.unpad_into(&out, p.out_channels, &mut got);
     check("winograd fused forward", &got, &want_fused, &mag_fused);
@@ -357,7 +394,9 @@ fn check_winograd(
         ..*p
     };
     let mut gi = vec![f32::NAN; g.len(p.in_channels)];
-    winograd::forward(&back, &g, &gop, &flipped, None, false, &mut gi, scratch);
+    winograd::forward(
+        simd, &back, &g, &gop, &flipped, None, false, &mut gi, scratch,
+    );
     let mut got_gi = vec![0.0; p.input_len()];
     g.unpad_into(&gi, p.in_channels, &mut got_gi);
     check("winograd input grad", &got_gi, &want_gi, &mag_gi);
@@ -371,15 +410,17 @@ fn check_winograd(
     reference::backward_weights(p, &abs(&input), &abs(&gout), &mut mag_gw, &mut mag_gb);
     let mut gw = vec![f32::NAN; p.weights_len()];
     let mut gb = vec![f32::NAN; p.out_channels];
-    winograd::backward_weights(p, &g, &inp, &gop, &mut gw, &mut gb, scratch);
+    winograd::backward_weights(simd, p, &g, &inp, &gop, &mut gw, &mut gb, scratch);
     check("winograd weight grad", &gw, &want_gw, &mag_gw);
     check("winograd bias grad", &gb, &want_gb, &mag_gb);
 }
 
 /// Awkward 3x3x3 shapes (rows of 1 to 9 voxels: partial last tiles; 1 to 5 channels; batches) run
-/// the portable loops; 32 and 64 output channels run the SIMD kernel where AVX2 is present.
+/// the portable loops; 32 and 64 output channels run the SIMD kernels of every level this CPU
+/// has (AVX2, AVX-512).
 #[test]
 fn winograd_matches_reference() {
+    let levels = levels_run_here("winograd_matches_reference");
     let mut rng = Rng::new(seed(13));
     let mut scratch = winograd::WinogradScratch::new();
     let mut cases = Vec::new();
@@ -410,8 +451,11 @@ fn winograd_matches_reference() {
             in_channels: cin,
             out_channels: cout,
         };
-        check_winograd(&p, 1, &mut rng, &mut scratch);
-        check_winograd(&p, 2, &mut rng, &mut scratch);
+        let wide = cout % 32 == 0;
+        for &simd in levels.iter().filter(|s| wide || **s == Simd::active()) {
+            check_winograd(simd, &p, 1, &mut rng, &mut scratch);
+            check_winograd(simd, &p, 2, &mut rng, &mut scratch);
+        }
     }
 }
 
@@ -428,6 +472,7 @@ fn winograd_handles_empty_volumes_and_names_its_algorithms() {
     let g = Padded::new(1, p.size, 1);
     let mut out = vec![f32::NAN; g.len(2)];
     winograd::forward(
+        Simd::active(),
         &p,
         &g,
         &vec![0.0; g.len(2)],
@@ -446,4 +491,72 @@ fn winograd_handles_empty_volumes_and_names_its_algorithms() {
     }
     assert_eq!(winograd::ConvAlgorithm::from_name("fft"), None);
     assert!(!winograd::supports(&Conv3dParams { kernel: 5, ..p }));
+}
+
+/// Every SIMD result of one level on the wide shapes, concatenated: the direct forward, input and
+/// weight gradients, the fused Winograd forward and the Winograd weight gradients.
+fn simd_results(simd: Simd) -> Vec<f32> {
+    let mut rng = Rng::new(seed(14));
+    let (mut scratch, mut wino) = (Vec::new(), winograd::WinogradScratch::new());
+    let mut all = Vec::new();
+    for p in wide_shapes() {
+        let g = Padded::new(p.batch, p.size, p.half().max(1));
+        let mut pad = |c: usize, len: usize| {
+            let mut v = vec![0.0; g.len(c)];
+            g.pad_from(&uniform(&mut rng, len), c, &mut v);
+            v
+        };
+        let (inp, gop) = (
+            pad(p.in_channels, p.input_len()),
+            pad(p.out_channels, p.output_len()),
+        );
+        let res = pad(p.out_channels, p.output_len());
+        let w = uniform(&mut rng, p.weights_len());
+        let b = uniform(&mut rng, p.out_channels);
+        let mut out = vec![0.0; g.len(p.out_channels)];
+        fast::forward(simd, &p, &g, &inp, &w, &b, true, &mut out);
+        all.extend_from_slice(&out);
+        let mut gi = vec![0.0; g.len(p.in_channels)];
+        let mut flipped = vec![0.0; p.weights_len()];
+        fast::flip_weights(&p, &w, &mut flipped);
+        fast::backward_input(simd, &p, &g, &gop, &flipped, &mut gi);
+        all.extend_from_slice(&gi);
+        let (mut gw, mut gb) = (vec![0.0; p.weights_len()], vec![0.0; p.out_channels]);
+        fast::backward_weights(simd, &p, &g, &inp, &gop, &mut gw, &mut gb, &mut scratch);
+        all.extend(gw.iter().chain(&gb));
+        if winograd::supports(&p) {
+            let fusion = winograd::Fusion {
+                relu_input: true,
+                bias: Some(&b),
+                relu: true,
+                residual: Some(&res),
+            };
+            winograd::forward_fused(simd, &p, &g, &inp, &w, fusion, &mut out, &mut wino);
+            all.extend_from_slice(&out);
+            winograd::backward_weights(simd, &p, &g, &inp, &gop, &mut gw, &mut gb, &mut wino);
+            all.extend(gw.iter().chain(&gb));
+        }
+    }
+    all
+}
+
+/// AVX2 and AVX-512 make the same FMAs in the same order for every output: their results are
+/// bitwise identical (so a segmentation does not depend on the machine's vector width).
+#[test]
+fn avx2_and_avx512_give_identical_bits() {
+    let levels = levels_run_here("avx2_and_avx512_give_identical_bits");
+    if !levels.contains(&Simd::Avx512) {
+        note("avx2_and_avx512_give_identical_bits: this CPU lacks AVX-512, not compared");
+        return;
+    }
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
+    let (narrow, wide) = (
+        bits(simd_results(Simd::Avx2)),
+        bits(simd_results(Simd::Avx512)),
+    );
+    assert_eq!(narrow.len(), wide.len());
+    let differ = narrow.iter().zip(&wide).filter(|(a, b)| a != b).count();
+    assert_eq!(differ, 0, "{differ} of {} values differ", wide.len());
+    // And the portable path really is another computation (the comparison can fail).
+    assert_ne!(bits(simd_results(Simd::Portable)), wide);
 }

@@ -24,8 +24,8 @@
 //!    the weights into `[i][tz][ty][in][out]` ([`transform_weights`]).
 //! 2. For each output plane, `i`, 32-channel block and `tz`, the products of every row and tile
 //!    are accumulated over the three `ty` tap rows and the input channels: on x86-64 with AVX2 and
-//!    FMA by a register-tiled kernel (3 tiles x 32 channels; the 12 KiB of weights stay in L1
-//!    across the plane), elsewhere by portable loops.
+//!    FMA or AVX-512F by a register-tiled kernel (3 or up to 12 tiles x 32 channels; the 12 KiB of
+//!    weights stay in L1 across the plane), elsewhere by portable loops.
 //! 3. The inverse transform turns the six sums of each tile into four outputs, adds the bias,
 //!    applies ReLU and adds a residual ([`Fusion`]).
 //! 4. Weight gradients: the output gradient is transformed by `A`, and per plane, `i` and tap row
@@ -33,8 +33,8 @@
 //!
 //! Every buffer lives in a [`WinogradScratch`] that the caller keeps: warm calls allocate nothing.
 
-use super::Conv3dParams;
 use super::gemm::View;
+use super::{Conv3dParams, Kernels, Simd};
 use crate::parallel;
 use crate::tensor::Padded;
 use alloc::vec::Vec;
@@ -43,7 +43,7 @@ use alloc::vec::Vec;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConvAlgorithm {
     /// Winograd F(4, 3) along x for 3x3x3 kernels where a SIMD kernel runs it ([`preferred`]:
-    /// AVX2 and FMA, multiples of 32 channels; about 1.8x fewer multiply-adds on 33-voxel rows,
+    /// AVX2 and FMA or AVX-512F, multiples of 32 channels; about 1.8x fewer multiply-adds on 33-voxel rows,
     /// rounding differences of order 1e-6 relative); other convs run directly.
     #[default]
     Winograd,
@@ -102,11 +102,11 @@ pub fn supports(p: &Conv3dParams) -> bool {
 }
 
 /// Whether Winograd is the faster way to compute this conv here: a 3x3x3 kernel and an output
-/// width that the SIMD product kernel takes (AVX2 and FMA, a multiple of 32 channels). The
+/// width that the SIMD product kernels of `simd` take (AVX2 or AVX-512, a multiple of 32 channels). The
 /// portable loops are correct for every width but slower than the direct GEMM path, so
 /// [`ConvAlgorithm::Winograd`] computes the other convs directly.
-pub fn preferred(p: &Conv3dParams) -> bool {
-    supports(p) && super::simd_kernels_available(p.out_channels)
+pub fn preferred(p: &Conv3dParams, simd: Simd) -> bool {
+    supports(p) && super::simd_kernels(p.out_channels, simd).is_some()
 }
 
 /// The checks every entry point makes: a 3x3x3 kernel, the geometry of `p` with a border of at
@@ -264,10 +264,11 @@ fn transform_rows<const N: usize>(
                     }
                 });
                 let at = (y * nt + t) * c;
+                let mut dst = parts.each_mut().map(|part| &mut part[at..at + c]);
                 for ch in 0..c {
                     let u = f(core::array::from_fn(|s| d[s][ch]));
-                    for (part, u) in parts.iter_mut().zip(u) {
-                        part[at + ch] = u;
+                    for (part, u) in dst.iter_mut().zip(u) {
+                        part[ch] = u;
                     }
                 }
             }
@@ -318,6 +319,7 @@ pub struct Fusion<'a> {
 /// match `p`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
+    simd: Simd,
     p: &Conv3dParams,
     g: &Padded,
     input: &[f32],
@@ -332,7 +334,7 @@ pub fn forward(
         relu,
         ..Fusion::default()
     };
-    forward_fused(p, g, input, weights, fusion, out, scratch);
+    forward_fused(simd, p, g, input, weights, fusion, out, scratch);
 }
 
 /// [`forward`] with the element-wise work of `fusion` done in the same passes:
@@ -340,7 +342,9 @@ pub fn forward(
 ///
 /// # Panics
 /// As [`forward`]; also when the residual's length differs from `out`'s.
+#[allow(clippy::too_many_arguments)]
 pub fn forward_fused(
+    simd: Simd,
     p: &Conv3dParams,
     g: &Padded,
     input: &[f32],
@@ -391,7 +395,7 @@ pub fn forward_fused(
     let (tin, tw) = (&scratch.input[..], &scratch.weights[..]);
     let (pad, [sz, sy, sx]) = (g.pad, g.size);
     let plane = g.plane_voxels();
-    let simd = super::simd_kernels_available(cout);
+    let kernels = super::simd_kernels(cout, simd);
     // Each thread takes a contiguous run of planes and keeps the sums of one plane.
     let planes = g.batch * dz;
     let threads = parallel::current_num_threads().clamp(1, planes);
@@ -416,8 +420,14 @@ pub fn forward_fused(
                 let tap_row = |tz: usize, ty: usize, y: usize| {
                     (idx + tz - 1) * T * istride + (y + ty - 1) * row_len
                 };
-                if simd {
-                    simd_plane(tin, tw, cin, cout, nt, istride, pad, sy, tap_row, sums);
+                if let Some(kernels) = kernels {
+                    let rows = PlaneRows {
+                        nt,
+                        istride,
+                        pad,
+                        sy,
+                    };
+                    simd_plane(kernels, tin, tw, cin, cout, rows, tap_row, sums);
                 } else {
                     for (r, sums) in sums.chunks_exact_mut(plane_sums).enumerate() {
                         let taps = core::array::from_fn(|q| tap_row(q / 3, q % 3, pad + r));
@@ -457,8 +467,9 @@ fn fill_interior(g: &Padded, cout: usize, bias: &[f32], relu: bool, out: &mut [f
     }
 }
 
-/// Six sums per tile into four outputs of `dst` (`sx` voxels x `cout`), with bias, ReLU and the
-/// matching row of the residual. The arithmetic runs over the output channels (vectorised).
+/// Six sums per tile into four outputs of `dst` (`sx` voxels x `cout`), then bias, ReLU and the
+/// matching row of the residual, in that order. Each pass runs over whole channel rows of slices
+/// of known length, so the compiler vectorises it.
 fn inverse_row(
     sums: &[f32],
     cout: usize,
@@ -468,38 +479,39 @@ fn inverse_row(
     residual: Option<&[f32]>,
     dst: &mut [f32],
 ) {
-    let act = |v: f32, o: usize| {
-        let v = v + bias.map_or(0.0, |b| b[o]);
-        if relu { v.max(0.0) } else { v }
-    };
+    let dst = &mut dst[..sx * cout];
     for (t, tile) in sums.chunks_exact(T * cout).enumerate() {
         let m: [&[f32]; T] = core::array::from_fn(|i| &tile[i * cout..(i + 1) * cout]);
         let valid = (sx - M * t).min(M);
         let run = &mut dst[M * t * cout..(M * t + valid) * cout];
-        let transformed = |o: usize| output_transform(core::array::from_fn(|i| m[i][o]));
         if valid == M {
             let (y0, rest) = run.split_at_mut(cout);
             let (y1, rest) = rest.split_at_mut(cout);
             let (y2, y3) = rest.split_at_mut(cout);
+            let [m0, m1, m2, m3, m4, m5] = m;
             for o in 0..cout {
-                let y = transformed(o);
-                y0[o] = act(y[0], o);
-                y1[o] = act(y[1], o);
-                y2[o] = act(y[2], o);
-                y3[o] = act(y[3], o);
+                let y = output_transform([m0[o], m1[o], m2[o], m3[o], m4[o], m5[o]]);
+                (y0[o], y1[o], y2[o], y3[o]) = (y[0], y[1], y[2], y[3]);
             }
         } else {
             for o in 0..cout {
-                let y = transformed(o);
+                let y = output_transform(core::array::from_fn(|i| m[i][o]));
                 for (j, v) in y.into_iter().take(valid).enumerate() {
-                    run[j * cout + o] = act(v, o);
+                    run[j * cout + o] = v;
                 }
             }
         }
-        if let Some(res) = residual {
-            let res = &res[M * t * cout..(M * t + valid) * cout];
-            run.iter_mut().zip(res).for_each(|(o, r)| *o += r);
+    }
+    if let Some(b) = bias {
+        for v in dst.chunks_exact_mut(cout) {
+            v.iter_mut().zip(b).for_each(|(v, b)| *v += b);
         }
+    }
+    if relu {
+        dst.iter_mut().for_each(|v| *v = v.max(0.0));
+    }
+    if let Some(res) = residual {
+        dst.iter_mut().zip(res).for_each(|(o, r)| *o += r);
     }
 }
 
@@ -530,25 +542,39 @@ fn portable_row(
     }
 }
 
-/// The sums of all `sy` output rows of one plane (`[row][tile][i][out]`) with the AVX2 kernel
-/// (requires [`super::simd_kernels_available`]). For every transformed index `i`, 32-channel block and `tz`, the
-/// weights of the three tap rows `ty` (`3 * cin * 32` values, 12 KiB for 32 channels) stay in L1
-/// while every row of the plane accumulates through them.
-#[allow(clippy::too_many_arguments)]
-fn simd_plane(
-    tin: &[f32],
-    tw: &[f32],
-    cin: usize,
-    cout: usize,
+/// The row geometry of one plane of transformed input: `nt` tiles per row, `istride` values
+/// between transformed indices, `sy` interior rows from row `pad`.
+#[derive(Clone, Copy)]
+struct PlaneRows {
     nt: usize,
     istride: usize,
     pad: usize,
     sy: usize,
+}
+
+/// The sums of all `sy` output rows of one plane (`[row][tile][i][out]`) with the SIMD kernels
+/// `kernels` (from [`super::simd_kernels`]). For every transformed index `i`, 32-channel block and `tz`, the
+/// weights of the three tap rows `ty` (`3 * cin * 32` values, 12 KiB for 32 channels) stay in L1
+/// while every row of the plane accumulates through them.
+#[allow(clippy::too_many_arguments)]
+fn simd_plane(
+    kernels: Kernels,
+    tin: &[f32],
+    tw: &[f32],
+    cin: usize,
+    cout: usize,
+    rows: PlaneRows,
     tap_row: impl Fn(usize, usize, usize) -> usize,
     sums: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
     {
+        let PlaneRows {
+            nt,
+            istride,
+            pad,
+            sy,
+        } = rows;
         // From a tap row's offset (index 0), the kernel reads up to index 5's row of nt x cin.
         let span = (T - 1) * istride + nt * cin;
         let plane_sums = nt * T * cout;
@@ -573,14 +599,14 @@ fn simd_plane(
                         let taps: [*const f32; 3] = core::array::from_fn(|ty| {
                             tin[tap_row(tz, ty, pad + r) + i * istride..].as_ptr()
                         });
-                        // SAFETY: AVX2/FMA were detected and cout % 32 == 0 (simd_kernels_available);
+                        // SAFETY: the instruction set was detected and cout % 32 == 0 (simd_kernels);
                         // the asserts above keep every tap row (the 6 transformed rows of nt x cin
                         // from its offset), the weights (6 x 9 x cin x cout) and the sums inside
                         // their slices; the kernel reads nt x cin values of the tap row at index i,
                         // 3 x cin weight rows of 32 from (i * 9 + tz * 3) * cin * cout + ob, and
                         // writes nt rows of 32 sums at stride 6 * cout from row r, index i, block ob.
                         unsafe {
-                            super::avx2::winograd_rows(
+                            kernels.winograd_rows(
                                 &taps,
                                 cin,
                                 w,
@@ -598,7 +624,7 @@ fn simd_plane(
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (tin, tw, cin, cout, nt, istride, pad, sy, tap_row, sums);
+        let _ = (kernels, tin, tw, cin, cout, rows, tap_row, sums);
         unreachable!("SIMD Winograd kernel selected without SIMD support");
     }
 }
@@ -614,6 +640,7 @@ fn simd_plane(
 /// match `p`.
 #[allow(clippy::too_many_arguments)]
 pub fn backward_weights(
+    simd: Simd,
     p: &Conv3dParams,
     g: &Padded,
     input: &[f32],
@@ -680,7 +707,7 @@ pub fn backward_weights(
                     cs: cin,
                 };
                 let dst = &mut pw[(i * 9 + q) * cin * cout..][..cin * cout];
-                super::accumulate_products(cin, cout, sy * nt, dst, cout, lhs, rhs);
+                super::accumulate_products(simd, cin, cout, sy * nt, dst, cout, lhs, rhs);
             }
         }
     });

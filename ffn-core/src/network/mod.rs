@@ -16,7 +16,7 @@
 //! first call with a given batch size nothing is allocated.
 
 use crate::conv::winograd::{self, ConvAlgorithm, Fusion, WinogradScratch};
-use crate::conv::{Conv3dParams, fast};
+use crate::conv::{Conv3dParams, Simd, fast};
 use crate::error::CoreError;
 use crate::layers;
 use crate::model_spec::ModelConfig;
@@ -124,6 +124,7 @@ pub struct ConvStack3d {
     layers: Vec<Layer>,
     ws: Option<Workspace>,
     algorithm: ConvAlgorithm,
+    simd: Simd,
 }
 
 impl core::fmt::Debug for ConvStack3d {
@@ -198,6 +199,7 @@ impl ConvStack3d {
             layers,
             ws: None,
             algorithm: ConvAlgorithm::default(),
+            simd: Simd::active(),
         }
     }
 
@@ -212,9 +214,21 @@ impl ConvStack3d {
         self.algorithm = algorithm;
     }
 
+    /// The SIMD kernels the convs run (default [`Simd::active`] when the network was built;
+    /// [`Simd::usable`] of it runs).
+    pub fn simd(&self) -> Simd {
+        self.simd
+    }
+
+    /// Chooses the SIMD kernels (see [`Simd`]); a level this CPU lacks runs the widest one below
+    /// it. AVX2 and AVX-512 give the same bits; the portable path differs in rounding.
+    pub fn set_simd(&mut self, simd: Simd) {
+        self.simd = simd;
+    }
+
     /// Whether conv `p` runs through Winograd (the algorithm chosen and Winograd faster here).
     fn winograd(&self, p: &Conv3dParams) -> bool {
-        self.algorithm == ConvAlgorithm::Winograd && winograd::preferred(p)
+        self.algorithm == ConvAlgorithm::Winograd && winograd::preferred(p, self.simd)
     }
 
     /// One forward conv of layer `l` with this network's algorithm:
@@ -242,13 +256,13 @@ impl ConvStack3d {
                 relu,
                 residual,
             };
-            winograd::forward_fused(&p, g, input, w, fusion, out, wino);
+            winograd::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);
         } else {
             assert!(
                 !relu_input,
                 "conv_forward: input ReLU is fused only with Winograd"
             );
-            fast::forward(&p, g, input, w, b, relu, out);
+            fast::forward(self.simd, &p, g, input, w, b, relu, out);
             if let Some(r) = residual {
                 layers::add_assign(out, r);
             }
@@ -382,9 +396,9 @@ impl ConvStack3d {
         let (gw, rest) = grads[l.offset..].split_at_mut(l.wlen());
         let gb = &mut rest[..l.cout];
         if self.winograd(&p) {
-            winograd::backward_weights(&p, g, input, gout, gw, gb, wino);
+            winograd::backward_weights(self.simd, &p, g, input, gout, gw, gb, wino);
         } else {
-            fast::backward_weights(&p, g, input, gout, gw, gb, partials);
+            fast::backward_weights(self.simd, &p, g, input, gout, gw, gb, partials);
         }
         if let Some(gin) = gin {
             let w = &self.params[l.offset..l.offset + l.wlen()];
@@ -396,9 +410,9 @@ impl ConvStack3d {
                 ..p
             };
             if self.winograd(&back) {
-                winograd::forward(&back, g, gout, f, None, false, gin, wino);
+                winograd::forward(self.simd, &back, g, gout, f, None, false, gin, wino);
             } else {
-                fast::backward_input(&p, g, gout, f, gin);
+                fast::backward_input(self.simd, &p, g, gout, f, gin);
             }
         }
     }
