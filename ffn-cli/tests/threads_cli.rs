@@ -52,3 +52,57 @@ fn ranks_sharing_a_node_split_its_cores() {
         "{stderr}"
     );
 }
+
+/// The SIMD kernels a process runs: the widest this CPU has, capped by `--simd` or `FFN_SIMD`
+/// (the flag wins); a level the CPU lacks runs the widest one below it; a bad name is an error
+/// naming the variable.
+#[test]
+fn simd_cap_comes_from_the_flag_or_the_environment() {
+    let report = |args: &[&str], vars: &[(&str, &str)]| {
+        let out = Command::new(FFN)
+            .args(args)
+            .args(["selfcheck", "--json"])
+            .env_remove("FFN_SIMD")
+            .envs(vars.iter().copied())
+            .output()
+            .expect("run ffn selfcheck");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "selfcheck failed: {stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+        v
+    };
+    let free = report(&[], &[]);
+    let supported: Vec<String> = free["simd_supported"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    eprintln!("this CPU runs {supported:?}");
+    assert_eq!(free["simd"], *supported.last().unwrap());
+    assert_eq!(report(&["--simd", "portable"], &[])["simd"], "portable");
+    assert_eq!(report(&[], &[("FFN_SIMD", "portable")])["simd"], "portable");
+    let flag_wins = report(&["--simd", "portable"], &[("FFN_SIMD", "avx512")]);
+    assert_eq!(flag_wins["simd"], "portable");
+    let widest_below = |cap: &str| {
+        let rank = |s: &str| ["portable", "avx2", "avx512"].iter().position(|x| *x == s);
+        supported
+            .iter()
+            .rfind(|s| rank(s) <= rank(cap))
+            .unwrap()
+            .clone()
+    };
+    for cap in ["avx2", "avx512"] {
+        assert_eq!(report(&["--simd", cap], &[])["simd"], widest_below(cap));
+    }
+    let out = Command::new(FFN)
+        .args(["selfcheck"])
+        .env("FFN_SIMD", "sse9")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("FFN_SIMD") && err.contains("`sse9`"),
+        "{err}"
+    );
+}

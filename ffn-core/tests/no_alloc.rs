@@ -71,7 +71,11 @@ fn check_passes() {
     let mut out = vec![0.0f32; n];
     let mut net = ConvStack3d::new(cfg, 0.05, &mut rng);
     let mut grads = vec![0.0f32; net.params().len()];
-    for algorithm in [ConvAlgorithm::Winograd, ConvAlgorithm::Direct] {
+    for algorithm in [
+        ConvAlgorithm::Winograd,
+        ConvAlgorithm::Direct,
+        ConvAlgorithm::Winograd2d,
+    ] {
         net.set_conv_algorithm(algorithm);
         for _ in 0..2 {
             net.forward_backward(&image, &seed, &labels, batch, &mut out, &mut grads);

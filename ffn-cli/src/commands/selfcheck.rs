@@ -1,6 +1,7 @@
 //! `ffn selfcheck`: a fast check that the build works on this machine.
 
 use anyhow::{Result, ensure};
+use ffn_core::conv::Simd;
 use ffn_core::model_spec::ModelConfig;
 
 /// Arguments of `ffn selfcheck`.
@@ -28,6 +29,12 @@ pub fn run(args: Args) -> Result<()> {
         draw.abs() <= 0.02,
         "RNG: truncated normal out of range: {draw}"
     );
+    let simd = Simd::active();
+    let supported: Vec<&str> = Simd::ALL
+        .into_iter()
+        .filter(|s| s.supported())
+        .map(Simd::name)
+        .collect();
     let mpi = cfg!(feature = "mpi");
     let zmq = cfg!(feature = "zmq");
     if args.json {
@@ -39,6 +46,8 @@ pub fn run(args: Args) -> Result<()> {
                 "mpi": mpi,
                 "zmq": zmq,
                 "threads": rayon::current_num_threads(),
+                "simd": simd.name(),
+                "simd_supported": supported,
             })
         );
     } else {
@@ -50,6 +59,10 @@ pub fn run(args: Args) -> Result<()> {
             if zmq { ", zmq, hier" } else { "" }
         );
         println!("  threads: {}", rayon::current_num_threads());
+        println!(
+            "  SIMD kernels: {simd} (this CPU runs: {})",
+            supported.join(", ")
+        );
     }
     Ok(())
 }

@@ -27,6 +27,8 @@
 //!   gradient), 6 multiply-adds where the direct sum needs 12; the network's default
 //!   ([`winograd::ConvAlgorithm`]). Tested against the reference with a tolerance scaled to the
 //!   sum of absolute terms.
+//! - [`winograd2d`]: forward 3x3x3 convs by Winograd F(4x4, 3x3) over y and x (36 multiply-adds
+//!   where direct needs 144), [`winograd::ConvAlgorithm::Winograd2d`].
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -37,6 +39,7 @@ pub(crate) mod gemm;
 pub mod reference;
 mod simd;
 pub mod winograd;
+pub mod winograd2d;
 
 pub use simd::Simd;
 

@@ -1,7 +1,7 @@
 //! Reference-vs-fast tests on awkward shapes, and finite-difference checks of the reference.
 #![allow(clippy::needless_range_loop)]
 
-use super::{Conv3dParams, Simd, fast, reference, winograd};
+use super::{Conv3dParams, Simd, fast, reference, winograd, winograd2d};
 use crate::rng::Rng;
 use crate::tensor::Padded;
 use crate::testutil::{assert_close, finite_diff, seed, uniform};
@@ -486,6 +486,7 @@ fn winograd_handles_empty_volumes_and_names_its_algorithms() {
     for a in [
         winograd::ConvAlgorithm::Winograd,
         winograd::ConvAlgorithm::Direct,
+        winograd::ConvAlgorithm::Winograd2d,
     ] {
         assert_eq!(winograd::ConvAlgorithm::from_name(a.name()), Some(a));
     }
@@ -494,7 +495,8 @@ fn winograd_handles_empty_volumes_and_names_its_algorithms() {
 }
 
 /// Every SIMD result of one level on the wide shapes, concatenated: the direct forward, input and
-/// weight gradients, the fused Winograd forward and the Winograd weight gradients.
+/// weight gradients, the fused Winograd forward (F(4, 3) and F(4x4, 3x3)) and the Winograd weight
+/// gradients.
 fn simd_results(simd: Simd) -> Vec<f32> {
     let mut rng = Rng::new(seed(14));
     let (mut scratch, mut wino) = (Vec::new(), winograd::WinogradScratch::new());
@@ -533,6 +535,8 @@ fn simd_results(simd: Simd) -> Vec<f32> {
             };
             winograd::forward_fused(simd, &p, &g, &inp, &w, fusion, &mut out, &mut wino);
             all.extend_from_slice(&out);
+            winograd2d::forward_fused(simd, &p, &g, &inp, &w, fusion, &mut out, &mut wino);
+            all.extend_from_slice(&out);
             winograd::backward_weights(simd, &p, &g, &inp, &gop, &mut gw, &mut gb, &mut wino);
             all.extend(gw.iter().chain(&gb));
         }
@@ -559,4 +563,96 @@ fn avx2_and_avx512_give_identical_bits() {
     assert_eq!(differ, 0, "{differ} of {} values differ", wide.len());
     // And the portable path really is another computation (the comparison can fail).
     assert_ne!(bits(simd_results(Simd::Portable)), wide);
+}
+
+/// F(4x4, 3x3) forward, plain and fused (input ReLU, bias, ReLU, residual), against the f64
+/// reference, through every SIMD level this CPU has, on tiles cut at every edge: rows and columns
+/// of 1 to 33 voxels, 2 to 32 input channels, 32 and 64 outputs, borders 1 and 2. The tolerance is
+/// `2e-5` of the sum of the absolute terms of each output. The portable level computes these by
+/// F(4, 3) (no 2D kernel without SIMD) and is held to the same bound.
+#[test]
+fn winograd2d_matches_reference() {
+    let mut rng = Rng::new(seed(15));
+    let mut scratch = winograd::WinogradScratch::new();
+    let levels = levels_run_here("winograd2d_matches_reference");
+    let mut worst = 0.0f64;
+    for (batch, size, cin, cout) in [
+        (2, [3, 4, 5], 32, 32),
+        (1, [2, 5, 7], 2, 32),
+        (1, [1, 1, 1], 3, 32),
+        (1, [2, 9, 6], 32, 64),
+        (1, [3, 33, 33], 32, 32),
+        (1, [1, 8, 13], 17, 32),
+    ] {
+        let p = Conv3dParams {
+            batch,
+            size,
+            kernel: 3,
+            in_channels: cin,
+            out_channels: cout,
+        };
+        let input = uniform(&mut rng, p.input_len());
+        let w = uniform(&mut rng, p.weights_len());
+        let b = uniform(&mut rng, cout);
+        let residual = uniform(&mut rng, p.output_len());
+        let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
+        let relu_in: Vec<f32> = input.iter().map(|v| v.max(0.0)).collect();
+        for pad in [1, 2] {
+            let g = Padded::new(batch, size, pad);
+            let padded = |v: &[f32], c: usize| {
+                let mut out = vec![0.0; g.len(c)];
+                g.pad_from(v, c, &mut out);
+                out
+            };
+            let (inp, res) = (padded(&input, cin), padded(&residual, cout));
+            for fused in [false, true] {
+                let x = if fused { &relu_in } else { &input };
+                let (mut want, mut mag) = (vec![0.0; p.output_len()], vec![0.0; p.output_len()]);
+                reference::forward(&p, x, &w, &b, &mut want);
+                reference::forward(&p, &abs(x), &abs(&w), &abs(&b), &mut mag);
+                if fused {
+                    for ((v, m), r) in want.iter_mut().zip(&mut mag).zip(&residual) {
+                        *v = v.max(0.0) + r;
+                        *m += r.abs();
+                    }
+                }
+                let fusion = winograd::Fusion {
+                    relu_input: fused,
+                    bias: Some(&b),
+                    relu: fused,
+                    residual: fused.then_some(&res[..]),
+                };
+                for &simd in &levels {
+                    let mut out = vec![f32::NAN; g.len(cout)];
+                    winograd2d::forward_fused(
+                        simd,
+                        &p,
+                        &g,
+                        &inp,
+                        &w,
+                        fusion,
+                        &mut out,
+                        &mut scratch,
+                    );
+                    let mut bordered = out.clone();
+                    g.zero_border(&mut bordered, cout);
+                    assert_eq!(bordered, out, "winograd2d {p:?} pad {pad}: border not zero");
+                    let mut got = vec![0.0; p.output_len()];
+                    g.unpad_into(&out, cout, &mut got);
+                    for (i, ((x, y), m)) in got.iter().zip(&want).zip(&mag).enumerate() {
+                        let err = (x - y).abs() as f64 / (*m as f64 + 1e-6);
+                        worst = worst.max(err);
+                        assert!(
+                            err <= 2e-5,
+                            "winograd2d {p:?} pad {pad} fused {fused} {simd}[{i}]: {x} vs {y} \
+                             (magnitude {m})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    note(&alloc::format!(
+        "winograd2d_matches_reference: worst error {worst:.2e} of the magnitude"
+    ));
 }

@@ -38,6 +38,7 @@ use super::{Conv3dParams, Kernels, Simd};
 use crate::parallel;
 use crate::tensor::Padded;
 use alloc::vec::Vec;
+use core::ops::{Add, Mul, Sub};
 
 /// How the 3x3x3 convolutions of the forward pass and of the input gradient are computed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,14 +50,19 @@ pub enum ConvAlgorithm {
     Winograd,
     /// Direct summation (register-tiled SIMD kernel or GEMMs), every multiply-add performed.
     Direct,
+    /// The forward convs by Winograd F(4x4, 3x3) over y and x ([`super::winograd2d`]: 4x fewer
+    /// multiply-adds than direct, rounding held to the same bound as F(4, 3)) where a SIMD kernel
+    /// runs it; the input gradients and everything else as [`ConvAlgorithm::Winograd`].
+    Winograd2d,
 }
 
 impl ConvAlgorithm {
-    /// The name used on the command line (`winograd`, `direct`).
+    /// The name used on the command line (`winograd`, `direct`, `winograd2d`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Winograd => "winograd",
             Self::Direct => "direct",
+            Self::Winograd2d => "winograd2d",
         }
     }
 
@@ -65,15 +71,16 @@ impl ConvAlgorithm {
         match name {
             "winograd" => Some(Self::Winograd),
             "direct" => Some(Self::Direct),
+            "winograd2d" => Some(Self::Winograd2d),
             _ => None,
         }
     }
 }
 
 /// Outputs per tile.
-const M: usize = 4;
+pub(super) const M: usize = 4;
 /// Transformed values per tile (`M + 3 - 1`).
-const T: usize = 6;
+pub(super) const T: usize = 6;
 
 /// Buffers reused between calls: the transformed input, weights and output gradient, and the
 /// per-thread partial sums of the weight gradient. They grow on first use.
@@ -94,6 +101,25 @@ impl WinogradScratch {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// The buffers of a forward pass, for [`super::winograd2d`].
+    pub(super) fn buffers(&mut self) -> ForwardBuffers<'_> {
+        ForwardBuffers {
+            input: &mut self.input,
+            weights: &mut self.weights,
+            sums: &mut self.sums,
+        }
+    }
+}
+
+/// The buffers of [`WinogradScratch`] that a forward pass uses.
+pub(super) struct ForwardBuffers<'a> {
+    /// Transformed input.
+    pub input: &'a mut Vec<f32>,
+    /// Transformed weights.
+    pub weights: &'a mut Vec<f32>,
+    /// Per-thread sums of one output plane.
+    pub sums: &'a mut Vec<f32>,
 }
 
 /// Whether [`forward`] computes this conv (3x3x3 kernel, border at least 1).
@@ -111,7 +137,7 @@ pub fn preferred(p: &Conv3dParams, simd: Simd) -> bool {
 
 /// The checks every entry point makes: a 3x3x3 kernel, the geometry of `p` with a border of at
 /// least 1, and a padded input of `p.in_channels`.
-fn check(p: &Conv3dParams, g: &Padded, input: &[f32]) {
+pub(super) fn check(p: &Conv3dParams, g: &Padded, input: &[f32]) {
     assert!(
         supports(p),
         "winograd: kernel must be 3, found {}",
@@ -131,13 +157,22 @@ fn check(p: &Conv3dParams, g: &Padded, input: &[f32]) {
 }
 
 /// Tiles per row of `sx` voxels.
-fn tiles(sx: usize) -> usize {
+pub(super) fn tiles(sx: usize) -> usize {
     sx.div_ceil(M)
 }
 
+/// What the input and output transforms compute on: `f32`, or a block of channels of
+/// [`super::winograd2d`] (the same expressions, so the same roundings per value).
+pub(super) trait Value: Copy + Add<Output = Self> + Sub<Output = Self> {}
+
+impl<V: Copy + Add<Output = V> + Sub<Output = V>> Value for V {}
+
 /// `Bᵀ d` for six inputs.
 #[inline(always)]
-fn input_transform(d: [f32; T]) -> [f32; T] {
+pub(super) fn input_transform<V: Value>(d: [V; T]) -> [V; T]
+where
+    f32: Mul<V, Output = V>,
+{
     [
         4.0 * d[0] - 5.0 * d[2] + d[4],
         -4.0 * d[1] - 4.0 * d[2] + d[3] + d[4],
@@ -150,7 +185,7 @@ fn input_transform(d: [f32; T]) -> [f32; T] {
 
 /// `G g` for three taps.
 #[inline(always)]
-fn weight_transform(g: [f32; 3]) -> [f32; T] {
+pub(super) fn weight_transform(g: [f32; 3]) -> [f32; T] {
     let (a, b, c) = (g[0], g[1], g[2]);
     [
         a / 4.0,
@@ -164,7 +199,10 @@ fn weight_transform(g: [f32; 3]) -> [f32; T] {
 
 /// `Aᵀ m`: four outputs from six sums.
 #[inline(always)]
-fn output_transform(m: [f32; T]) -> [f32; M] {
+pub(super) fn output_transform<V: Value>(m: [V; T]) -> [V; M]
+where
+    f32: Mul<V, Output = V>,
+{
     let (s12, d12) = (m[1] + m[2], m[1] - m[2]);
     let (s34, d34) = (m[3] + m[4], m[3] - m[4]);
     [
@@ -291,7 +329,7 @@ fn transform_input(
         let f = |d: [f32; T]| input_transform(d.map(|v| v.max(0.0)));
         transform_rows::<T>(g, cin, input, x0, f, zeros, out);
     } else {
-        transform_rows::<T>(g, cin, input, x0, input_transform, zeros, out);
+        transform_rows::<T>(g, cin, input, x0, input_transform::<f32>, zeros, out);
     }
 }
 
@@ -354,15 +392,8 @@ pub fn forward_fused(
     scratch: &mut WinogradScratch,
 ) {
     let (bias, relu) = (fusion.bias, fusion.relu);
-    check(p, g, input);
+    check_fused(p, g, input, fusion, out);
     let (cin, cout) = (p.in_channels, p.out_channels);
-    assert_eq!(out.len(), g.len(cout), "winograd: padded output length");
-    if let Some(b) = bias {
-        assert_eq!(b.len(), cout, "winograd: bias length");
-    }
-    if let Some(r) = fusion.residual {
-        assert_eq!(r.len(), out.len(), "winograd: residual length");
-    }
     if out.is_empty() || cout == 0 {
         return;
     }
@@ -393,59 +424,100 @@ pub fn forward_fused(
     );
     transform_weights(p, weights, &mut scratch.weights);
     let (tin, tw) = (&scratch.input[..], &scratch.weights[..]);
-    let (pad, [sz, sy, sx]) = (g.pad, g.size);
+    let (pad, [_, sy, sx]) = (g.pad, g.size);
     let plane = g.plane_voxels();
     let kernels = super::simd_kernels(cout, simd);
-    // Each thread takes a contiguous run of planes and keeps the sums of one plane.
+    let plane_sums = nt * T * cout;
+    for_each_output_plane(
+        g,
+        cout,
+        out,
+        &mut scratch.sums,
+        sy * plane_sums,
+        |idx, zp, chunk, sums| {
+            // Offset of tap row (tz, ty) of output row y (padded coordinates), transformed index 0.
+            let tap_row = |tz: usize, ty: usize, y: usize| {
+                (idx + tz - 1) * T * istride + (y + ty - 1) * row_len
+            };
+            if let Some(kernels) = kernels {
+                let rows = PlaneRows {
+                    nt,
+                    istride,
+                    pad,
+                    sy,
+                };
+                simd_plane(kernels, tin, tw, cin, cout, rows, tap_row, sums);
+            } else {
+                for (r, sums) in sums.chunks_exact_mut(plane_sums).enumerate() {
+                    let taps = core::array::from_fn(|q| tap_row(q / 3, q % 3, pad + r));
+                    portable_row(tin, &taps, istride, tw, cin, cout, nt, sums);
+                }
+            }
+            for (r, sums) in sums.chunks_exact(plane_sums).enumerate() {
+                let at = ((pad + r) * dx + pad) * cout;
+                let dst = &mut chunk[at..][..sx * cout];
+                let residual = fusion
+                    .residual
+                    .map(|res| &res[idx * plane * cout + at..][..sx * cout]);
+                inverse_row(sums, cout, sx, bias, relu, residual, dst);
+            }
+            g.zero_plane_border(chunk, zp, cout);
+        },
+    );
+}
+
+/// The checks of a fused forward pass: [`check`], then the lengths of `out`, the bias and the
+/// residual.
+pub(super) fn check_fused(
+    p: &Conv3dParams,
+    g: &Padded,
+    input: &[f32],
+    fusion: Fusion<'_>,
+    out: &[f32],
+) {
+    check(p, g, input);
+    assert_eq!(
+        out.len(),
+        g.len(p.out_channels),
+        "winograd: padded output length"
+    );
+    if let Some(b) = fusion.bias {
+        assert_eq!(b.len(), p.out_channels, "winograd: bias length");
+    }
+    if let Some(r) = fusion.residual {
+        assert_eq!(r.len(), out.len(), "winograd: residual length");
+    }
+}
+
+/// Calls `f(idx, zp, chunk, sums)` for every interior plane of `out` (padded, `cout` channels;
+/// `idx` its whole-buffer plane index, `zp` its z within its volume) and zero-fills the border
+/// planes. Each thread takes a contiguous run of planes and keeps the `sums_len` sums of one
+/// plane (`sums` grows to one such buffer per thread).
+pub(super) fn for_each_output_plane(
+    g: &Padded,
+    cout: usize,
+    out: &mut [f32],
+    sums: &mut Vec<f32>,
+    sums_len: usize,
+    f: impl Fn(usize, usize, &mut [f32], &mut [f32]) + Sync + Send,
+) {
+    let dz = g.dims()[0];
+    let plane = g.plane_voxels();
     let planes = g.batch * dz;
     let threads = parallel::current_num_threads().clamp(1, planes);
     let per = planes.div_ceil(threads);
-    let plane_sums = nt * T * cout;
-    scratch.sums.resize(threads * sy * plane_sums, 0.0);
-    let sums_len = sy * plane_sums;
-    parallel::for_each_chunk_pair_mut(
-        out,
-        per * plane * cout,
-        &mut scratch.sums,
-        sums_len,
-        |th, run, sums| {
-            for (k, chunk) in run.chunks_exact_mut(plane * cout).enumerate() {
-                let idx = th * per + k;
-                let zp = idx % dz;
-                if zp < pad || zp >= pad + sz {
-                    chunk.fill(0.0);
-                    continue;
-                }
-                // Offset of tap row (tz, ty) of output row y (padded coordinates), transformed index 0.
-                let tap_row = |tz: usize, ty: usize, y: usize| {
-                    (idx + tz - 1) * T * istride + (y + ty - 1) * row_len
-                };
-                if let Some(kernels) = kernels {
-                    let rows = PlaneRows {
-                        nt,
-                        istride,
-                        pad,
-                        sy,
-                    };
-                    simd_plane(kernels, tin, tw, cin, cout, rows, tap_row, sums);
-                } else {
-                    for (r, sums) in sums.chunks_exact_mut(plane_sums).enumerate() {
-                        let taps = core::array::from_fn(|q| tap_row(q / 3, q % 3, pad + r));
-                        portable_row(tin, &taps, istride, tw, cin, cout, nt, sums);
-                    }
-                }
-                for (r, sums) in sums.chunks_exact(plane_sums).enumerate() {
-                    let at = ((pad + r) * dx + pad) * cout;
-                    let dst = &mut chunk[at..][..sx * cout];
-                    let residual = fusion
-                        .residual
-                        .map(|res| &res[idx * plane * cout + at..][..sx * cout]);
-                    inverse_row(sums, cout, sx, bias, relu, residual, dst);
-                }
-                g.zero_plane_border(chunk, zp, cout);
+    sums.resize(threads * sums_len, 0.0);
+    parallel::for_each_chunk_pair_mut(out, per * plane * cout, sums, sums_len, |th, run, sums| {
+        for (k, chunk) in run.chunks_exact_mut(plane * cout).enumerate() {
+            let idx = th * per + k;
+            let zp = idx % dz;
+            if zp < g.pad || zp >= g.pad + g.size[0] {
+                chunk.fill(0.0);
+            } else {
+                f(idx, zp, chunk, sums);
             }
-        },
-    );
+        }
+    });
 }
 
 /// Interior of `out` set to `act(bias)` (the conv of an empty input).

@@ -16,7 +16,7 @@
 //! first call with a given batch size nothing is allocated.
 
 use crate::conv::winograd::{self, ConvAlgorithm, Fusion, WinogradScratch};
-use crate::conv::{Conv3dParams, Simd, fast};
+use crate::conv::{Conv3dParams, Simd, fast, winograd2d};
 use crate::error::CoreError;
 use crate::layers;
 use crate::model_spec::ModelConfig;
@@ -228,7 +228,7 @@ impl ConvStack3d {
 
     /// Whether conv `p` runs through Winograd (the algorithm chosen and Winograd faster here).
     fn winograd(&self, p: &Conv3dParams) -> bool {
-        self.algorithm == ConvAlgorithm::Winograd && winograd::preferred(p, self.simd)
+        self.algorithm != ConvAlgorithm::Direct && winograd::preferred(p, self.simd)
     }
 
     /// One forward conv of layer `l` with this network's algorithm:
@@ -256,7 +256,11 @@ impl ConvStack3d {
                 relu,
                 residual,
             };
-            winograd::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);
+            if self.algorithm == ConvAlgorithm::Winograd2d {
+                winograd2d::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);
+            } else {
+                winograd::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);
+            }
         } else {
             assert!(
                 !relu_input,
@@ -330,7 +334,7 @@ impl ConvStack3d {
         let g = ws.geom;
         let d = self.cfg.depth;
         // Inference keeps no relu(x) for a backward pass: Winograd reads x through a fused ReLU.
-        let fuse_relu = !ws.train && self.algorithm == ConvAlgorithm::Winograd;
+        let fuse_relu = !ws.train && self.algorithm != ConvAlgorithm::Direct;
         let wino = &mut ws.wino;
         layers::concat2_padded(&g, image, seed, &mut ws.input);
         let (l0, l1) = (&self.layers[0], &self.layers[1]);

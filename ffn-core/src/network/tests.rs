@@ -117,9 +117,9 @@ fn forward_matches_reference_composition_and_buffers_are_reused_safely() {
     }
 }
 
-/// At 32 features the SIMD kernels run (where AVX2 is present): both algorithms, inference (fused
+/// At 32 features the SIMD kernels run (where AVX2 is present): every algorithm, inference (fused
 /// ReLU and residual) and training forward, against the reference composition; the gradients of
-/// the two algorithms agree.
+/// Winograd and direct agree (Winograd2d's are Winograd's).
 #[test]
 fn both_conv_algorithms_match_the_reference_at_32_features() {
     let cfg = ModelConfig {
@@ -135,7 +135,11 @@ fn both_conv_algorithms_match_the_reference_at_32_features() {
     let (image, seedv, labels) = inputs(&mut rng, n);
     let want = reference_forward(&net, &image, &seedv, batch);
     let mut grads = Vec::new();
-    for algorithm in [ConvAlgorithm::Winograd, ConvAlgorithm::Direct] {
+    for algorithm in [
+        ConvAlgorithm::Winograd,
+        ConvAlgorithm::Direct,
+        ConvAlgorithm::Winograd2d,
+    ] {
         net.set_conv_algorithm(algorithm);
         net.release_buffers();
         let what = alloc::format!("{algorithm:?}");
