@@ -30,6 +30,42 @@
 //! - [`winograd2d`]: forward 3x3x3 convs by Winograd F(4x4, 3x3) over y and x (36 multiply-adds
 //!   where direct needs 144), [`winograd::ConvAlgorithm::Winograd2d`].
 
+/// `fn $name(kernels, args)`: calls the `#[inline(always)]` function `$inner` inlined into a
+/// function compiled for the instruction set of `kernels`, so that the lane arithmetic of the
+/// transforms uses the full vector width of the kernels that run.
+macro_rules! compiled_for_kernels {
+    ($name:ident($($arg:ident: $ty:ty),*) => $inner:ident) => {
+        #[allow(clippy::too_many_arguments)]
+        fn $name(kernels: $crate::conv::Kernels, $($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                #[allow(clippy::too_many_arguments)]
+                fn avx2($($arg: $ty),*) {
+                    $inner($($arg),*)
+                }
+                #[target_feature(enable = "avx512f,fma")]
+                #[allow(clippy::too_many_arguments)]
+                fn avx512($($arg: $ty),*) {
+                    $inner($($arg),*)
+                }
+                // SAFETY: `kernels` comes from simd_kernels, which detected the instruction set.
+                unsafe {
+                    match kernels {
+                        $crate::conv::Kernels::Avx2 => avx2($($arg),*),
+                        $crate::conv::Kernels::Avx512 => avx512($($arg),*),
+                    }
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                let _ = kernels;
+                $inner($($arg),*)
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -459,7 +459,10 @@ pub fn forward_fused(
                 let residual = fusion
                     .residual
                     .map(|res| &res[idx * plane * cout + at..][..sx * cout]);
-                inverse_row(sums, cout, sx, bias, relu, residual, dst);
+                match kernels {
+                    Some(k) => inverse_row_for(k, sums, cout, sx, bias, relu, residual, dst),
+                    None => inverse_row(sums, cout, sx, bias, relu, residual, dst),
+                }
             }
             g.zero_plane_border(chunk, zp, cout);
         },
@@ -542,6 +545,7 @@ fn fill_interior(g: &Padded, cout: usize, bias: &[f32], relu: bool, out: &mut [f
 /// Six sums per tile into four outputs of `dst` (`sx` voxels x `cout`), then bias, ReLU and the
 /// matching row of the residual, in that order. Each pass runs over whole channel rows of slices
 /// of known length, so the compiler vectorises it.
+#[inline(always)]
 fn inverse_row(
     sums: &[f32],
     cout: usize,
@@ -586,6 +590,16 @@ fn inverse_row(
         dst.iter_mut().zip(res).for_each(|(o, r)| *o += r);
     }
 }
+
+compiled_for_kernels!(inverse_row_for(
+    sums: &[f32],
+    cout: usize,
+    sx: usize,
+    bias: Option<&[f32]>,
+    relu: bool,
+    residual: Option<&[f32]>,
+    dst: &mut [f32]
+) => inverse_row);
 
 /// `sums[t][i][o] = Σ_q Σ_c tin[taps[q] + i*istride + t*cin + c] * tw[((i*9 + q)*cin + c)*cout + o]`.
 #[allow(clippy::too_many_arguments)]

@@ -33,39 +33,6 @@ pub fn preferred(p: &Conv3dParams, simd: Simd) -> bool {
     winograd::supports(p) && super::simd_kernels(p.out_channels, simd).is_some()
 }
 
-/// `fn $name(kernels, args)`: calls the `#[inline(always)]` function `$inner` inlined into a
-/// function compiled for the instruction set of `kernels`, so that the lane arithmetic of the
-/// transforms uses the full vector width of the kernels that run.
-macro_rules! compiled_for_kernels {
-    ($name:ident($($arg:ident: $ty:ty),*) => $inner:ident) => {
-        fn $name(kernels: Kernels, $($arg: $ty),*) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2($($arg: $ty),*) {
-                    $inner($($arg),*)
-                }
-                #[target_feature(enable = "avx512f,fma")]
-                fn avx512($($arg: $ty),*) {
-                    $inner($($arg),*)
-                }
-                // SAFETY: `kernels` comes from simd_kernels, which detected the instruction set.
-                unsafe {
-                    match kernels {
-                        Kernels::Avx2 => avx2($($arg),*),
-                        Kernels::Avx512 => avx512($($arg),*),
-                    }
-                }
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            {
-                let _ = kernels;
-                $inner($($arg),*)
-            }
-        }
-    };
-}
-
 compiled_for_kernels!(transform_plane_for(g: &Padded, c: usize, data: &[f32], relu: bool, chunk: &mut [f32]) => transform_plane);
 compiled_for_kernels!(inverse_plane_for(g: &Padded, cout: usize, sums: &[f32], chunk: &mut [f32]) => inverse_plane);
 
