@@ -226,10 +226,15 @@ impl<'a> Canvas<'a> {
     /// The segmentation, `[z][y][x]` flattened: segment ids, 0 = unassigned (failed seed marks
     /// included).
     pub fn segmentation(&self) -> Vec<u64> {
-        self.seg
-            .iter()
-            .map(|&s| if s == FAILED { 0 } else { s as u64 })
-            .collect()
+        self.seg.iter().map(|&s| public_id(s)).collect()
+    }
+
+    /// [`Canvas::segmentation`], the canvas's other buffers freed before the ids are widened (so
+    /// the peak is the 4-byte ids and the 8-byte result, not the whole canvas beside them).
+    pub fn into_segmentation(mut self) -> Vec<u64> {
+        let seg = core::mem::take(&mut self.seg);
+        drop(self);
+        seg.into_iter().map(public_id).collect()
     }
 
     /// The quantised object probability of every assigned voxel (0 elsewhere), when
@@ -549,4 +554,9 @@ impl<'a> Canvas<'a> {
         }
         Ok(())
     }
+}
+
+/// The id a canvas label reports: 0 for failed-seed marks.
+fn public_id(s: u32) -> u64 {
+    if s == FAILED { 0 } else { u64::from(s) }
 }

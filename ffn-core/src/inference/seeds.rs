@@ -259,7 +259,8 @@ pub fn distance_transform(feature: &[bool], shape: [usize; 3], voxel_size: [f64;
             }
         }
     }
-    sq.iter().map(|&x| libm::sqrt(x)).collect()
+    sq.iter_mut().for_each(|x| *x = libm::sqrt(*x));
+    sq
 }
 
 /// The 32-bit Mersenne Twister with numpy's legacy `RandomState` seeding and `random_sample`.
@@ -311,11 +312,11 @@ impl Mt19937 {
     }
 }
 
-/// Sliding maximum over `[i - r, i + r]` (clipped to the line) along `axis`.
-fn max_filter_axis(v: &[f64], shape: [usize; 3], axis: usize, r: usize) -> Vec<f64> {
+/// Sliding maximum over `[i - r, i + r]` (clipped to the line) along `axis`, in place (one line
+/// copied aside at a time).
+fn max_filter_axis(v: &mut [f64], shape: [usize; 3], axis: usize, r: usize) {
     let st = strides(shape);
     let n = shape[axis];
-    let mut out = vec![0f64; v.len()];
     let others: Vec<usize> = (0..3).filter(|&a| a != axis).collect();
     let mut line = vec![0f64; n];
     for i in 0..shape[others[0]] {
@@ -327,13 +328,12 @@ fn max_filter_axis(v: &[f64], shape: [usize; 3], axis: usize, r: usize) -> Vec<f
             for q in 0..n {
                 let lo = q.saturating_sub(r);
                 let hi = (q + r + 1).min(n);
-                out[base + q * st[axis]] = line[lo..hi]
+                v[base + q * st[axis]] = line[lo..hi]
                     .iter()
                     .fold(f64::NEG_INFINITY, |a, &b| a.max(b));
             }
         }
     }
-    out
 }
 
 /// Local maxima of `v` (`[z, y, x]` of `shape`): voxels equal to the maximum of the cube of
@@ -348,7 +348,7 @@ pub fn local_maxima(
 ) -> Vec<[usize; 3]> {
     let mut m = v.to_vec();
     for axis in 0..3 {
-        m = max_filter_axis(&m, shape, axis, min_distance);
+        max_filter_axis(&mut m, shape, axis, min_distance);
     }
     let mut out = Vec::new();
     let md = min_distance;
@@ -371,13 +371,14 @@ pub fn policy_peaks(image: &[f32], shape: [usize; 3], opts: &PeaksOptions) -> Ve
     let thresh = gaussian_blur(&edges, shape, opts.sigma);
     let is_edge: Vec<bool> = edges.iter().zip(&thresh).map(|(e, t)| e > t).collect();
     drop((edges, thresh));
-    let dt = distance_transform(&is_edge, shape, opts.voxel_size);
+    let mut noisy = distance_transform(&is_edge, shape, opts.voxel_size);
+    drop(is_edge);
     let mut rng = Mt19937::new(opts.noise_seed);
-    // scipy returns float64 distances; google/ffn casts them to float32 before adding the noise.
-    let noisy: Vec<f64> = dt
-        .iter()
-        .map(|&d| (d as f32) as f64 + rng.next_f64() * opts.noise_amplitude)
-        .collect();
+    // scipy returns float64 distances; google/ffn casts them to float32 before adding the noise
+    // (here in place: one f64 buffer holds the distances, then the noisy values).
+    for d in &mut noisy {
+        *d = (*d as f32) as f64 + rng.next_f64() * opts.noise_amplitude;
+    }
     local_maxima(&noisy, shape, opts.min_distance, 0.0)
 }
 

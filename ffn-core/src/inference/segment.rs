@@ -139,12 +139,15 @@ pub fn segment<P: Predictor + ?Sized>(
         options.inference.clone(),
     )?;
     canvas.segment_all(&seeds, predictor, clock, on_progress)?;
+    let probability = canvas.probability_map().map(<[u8]>::to_vec);
+    let origins = canvas.origins().to_vec();
+    let counters = canvas.counters().clone();
     Ok(Segmentation {
         shape,
-        labels: canvas.segmentation(),
-        probability: canvas.probability_map().map(<[u8]>::to_vec),
+        labels: canvas.into_segmentation(),
+        probability,
         seeds,
-        origins: canvas.origins().to_vec(),
-        counters: canvas.counters().clone(),
+        origins,
+        counters,
     })
 }

@@ -132,8 +132,11 @@ pub fn infer_volume<P: Predictor + ?Sized>(
         Some(r) => r,
         None => ([0; 3], dataset_shape(&opts.image)?),
     };
-    let raw = read_image_f32_region(&opts.image, offset, shape)?;
-    let raw: Vec<f32> = raw.iter().copied().collect();
+    // The array read is dropped here, not at the end of the function (shadowing would keep it).
+    let raw: Vec<f32> = read_image_f32_region(&opts.image, offset, shape)?
+        .iter()
+        .copied()
+        .collect();
     let norm = opts
         .normalisation
         .resolve(|| Ok(ffn_core::inference::mean_stddev(raw.iter().copied())))?;
@@ -188,17 +191,21 @@ pub fn infer_volume<P: Predictor + ?Sized>(
     seg_opts.inference.keep_probability_map = opts.prob_out.is_some();
     let t0 = Instant::now();
     let clock = move || t0.elapsed().as_secs_f64();
-    let seg = segment(&image, shape, predictor, &seg_opts, &clock, &mut |c| {
+    let mut seg = segment(&image, shape, predictor, &seg_opts, &clock, &mut |c| {
         on_event(InferEvent::Progress(c))
     })
     .map_err(inference_err)?;
     outcome.seconds = t0.elapsed().as_secs_f64();
-    write_labels(
-        &opts.out,
-        &array3(shape, seg.labels.clone(), "segmentation")?,
-    )?;
-    if let (Some(spec), Some(prob)) = (&opts.prob_out, &seg.probability) {
-        write_image_u8(spec, &array3(shape, prob.clone(), "probability map")?)?;
+    drop(image);
+    // The outputs are written from the result's own buffers (moved into arrays and back), not
+    // from copies.
+    let labels = array3(shape, core::mem::take(&mut seg.labels), "segmentation")?;
+    write_labels(&opts.out, &labels)?;
+    seg.labels = labels.into_raw_vec_and_offset().0;
+    if let (Some(spec), Some(prob)) = (&opts.prob_out, seg.probability.take()) {
+        let prob = array3(shape, prob, "probability map")?;
+        write_image_u8(spec, &prob)?;
+        seg.probability = Some(prob.into_raw_vec_and_offset().0);
     }
     outcome.segmentation = Some(seg);
     Ok(outcome)
