@@ -74,7 +74,7 @@ fn check_passes() {
     for algorithm in [
         ConvAlgorithm::Winograd,
         ConvAlgorithm::Direct,
-        ConvAlgorithm::Winograd2d,
+        ConvAlgorithm::Winograd1d,
     ] {
         net.set_conv_algorithm(algorithm);
         for _ in 0..2 {

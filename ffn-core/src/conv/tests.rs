@@ -486,7 +486,7 @@ fn winograd_handles_empty_volumes_and_names_its_algorithms() {
     for a in [
         winograd::ConvAlgorithm::Winograd,
         winograd::ConvAlgorithm::Direct,
-        winograd::ConvAlgorithm::Winograd2d,
+        winograd::ConvAlgorithm::Winograd1d,
     ] {
         assert_eq!(winograd::ConvAlgorithm::from_name(a.name()), Some(a));
     }

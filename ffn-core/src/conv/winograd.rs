@@ -43,26 +43,27 @@ use core::ops::{Add, Mul, Sub};
 /// How the 3x3x3 convolutions of the forward pass and of the input gradient are computed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ConvAlgorithm {
-    /// Winograd F(4, 3) along x for 3x3x3 kernels where a SIMD kernel runs it ([`preferred`]:
-    /// AVX2 and FMA or AVX-512F, multiples of 32 channels; about 1.8x fewer multiply-adds on 33-voxel rows,
-    /// rounding differences of order 1e-6 relative); other convs run directly.
+    /// Winograd for 3x3x3 kernels where a SIMD kernel runs it ([`preferred`]: AVX2 and FMA or
+    /// AVX-512F, multiples of 32 channels): the forward convs of inference by F(4x4, 3x3) over y
+    /// and x ([`super::winograd2d`], 4x fewer multiply-adds than direct), those of training and
+    /// the input gradients by F(4, 3) along x (about 1.8x fewer on 33-voxel rows); rounding
+    /// differences of order 1e-6 relative. Other convs run directly.
     #[default]
     Winograd,
     /// Direct summation (register-tiled SIMD kernel or GEMMs), every multiply-add performed.
     Direct,
-    /// The forward convs by Winograd F(4x4, 3x3) over y and x ([`super::winograd2d`]: 4x fewer
-    /// multiply-adds than direct, rounding held to the same bound as F(4, 3)) where a SIMD kernel
-    /// runs it; the input gradients and everything else as [`ConvAlgorithm::Winograd`].
-    Winograd2d,
+    /// Winograd F(4, 3) along x for every conv that [`ConvAlgorithm::Winograd`] computes by
+    /// Winograd, inference included: the algorithm of ffn-rs before F(4x4, 3x3), kept selectable.
+    Winograd1d,
 }
 
 impl ConvAlgorithm {
-    /// The name used on the command line (`winograd`, `direct`, `winograd2d`).
+    /// The name used on the command line (`winograd`, `direct`, `winograd1d`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Winograd => "winograd",
             Self::Direct => "direct",
-            Self::Winograd2d => "winograd2d",
+            Self::Winograd1d => "winograd1d",
         }
     }
 
@@ -71,7 +72,7 @@ impl ConvAlgorithm {
         match name {
             "winograd" => Some(Self::Winograd),
             "direct" => Some(Self::Direct),
-            "winograd2d" => Some(Self::Winograd2d),
+            "winograd1d" => Some(Self::Winograd1d),
             _ => None,
         }
     }

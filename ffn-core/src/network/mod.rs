@@ -244,6 +244,7 @@ impl ConvStack3d {
         relu_input: bool,
         relu: bool,
         residual: Option<&[f32]>,
+        two_axes: bool,
         out: &mut [f32],
     ) {
         let p = l.conv(g.batch, g.size);
@@ -256,7 +257,7 @@ impl ConvStack3d {
                 relu,
                 residual,
             };
-            if self.algorithm == ConvAlgorithm::Winograd2d {
+            if two_axes {
                 winograd2d::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);
             } else {
                 winograd::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);
@@ -335,28 +336,60 @@ impl ConvStack3d {
         let d = self.cfg.depth;
         // Inference keeps no relu(x) for a backward pass: Winograd reads x through a fused ReLU.
         let fuse_relu = !ws.train && self.algorithm != ConvAlgorithm::Direct;
+        // Inference runs the forward convs by F(4x4, 3x3) under the default algorithm.
+        let t = !ws.train && self.algorithm == ConvAlgorithm::Winograd;
         let wino = &mut ws.wino;
         layers::concat2_padded(&g, image, seed, &mut ws.input);
         let (l0, l1) = (&self.layers[0], &self.layers[1]);
-        self.conv_forward(wino, l0, &g, &ws.input, false, true, None, &mut ws.h);
-        self.conv_forward(wino, l1, &g, &ws.h, false, false, None, &mut ws.xs[0]);
+        self.conv_forward(wino, l0, &g, &ws.input, false, true, None, t, &mut ws.h);
+        self.conv_forward(wino, l1, &g, &ws.h, false, false, None, t, &mut ws.xs[0]);
         let (nx, nr, nu) = (ws.xs.len(), ws.rs.len(), ws.us.len());
         for m in 1..d {
             let (xi, ri, ui) = ((m - 1) % nx, (m - 1) % nr, (m - 1) % nu);
             let (la, lb) = (&self.layers[2 * m], &self.layers[2 * m + 1]);
             if fuse_relu && self.winograd(&la.conv(g.batch, g.size)) {
-                self.conv_forward(wino, la, &g, &ws.xs[xi], true, true, None, &mut ws.us[ui]);
+                self.conv_forward(
+                    wino,
+                    la,
+                    &g,
+                    &ws.xs[xi],
+                    true,
+                    true,
+                    None,
+                    t,
+                    &mut ws.us[ui],
+                );
             } else {
                 layers::relu(&ws.xs[xi], &mut ws.rs[ri]);
-                self.conv_forward(wino, la, &g, &ws.rs[ri], false, true, None, &mut ws.us[ui]);
+                self.conv_forward(
+                    wino,
+                    la,
+                    &g,
+                    &ws.rs[ri],
+                    false,
+                    true,
+                    None,
+                    t,
+                    &mut ws.us[ui],
+                );
             }
             let (prev, next) = pair(&mut ws.xs, xi, m % nx);
-            self.conv_forward(wino, lb, &g, &ws.us[ui], false, false, Some(prev), next);
+            self.conv_forward(wino, lb, &g, &ws.us[ui], false, false, Some(prev), t, next);
         }
         let rl = (d - 1) % nr;
         layers::relu(&ws.xs[(d - 1) % nx], &mut ws.rs[rl]);
         let lom = &self.layers[2 * d];
-        self.conv_forward(wino, lom, &g, &ws.rs[rl], false, false, None, &mut ws.lom);
+        self.conv_forward(
+            wino,
+            lom,
+            &g,
+            &ws.rs[rl],
+            false,
+            false,
+            None,
+            t,
+            &mut ws.lom,
+        );
         g.unpad_into(&ws.lom, 1, out);
         out.iter_mut().zip(seed).for_each(|(o, s)| *o += s);
     }

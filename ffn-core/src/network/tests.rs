@@ -119,7 +119,7 @@ fn forward_matches_reference_composition_and_buffers_are_reused_safely() {
 
 /// At 32 features the SIMD kernels run (where AVX2 is present): every algorithm, inference (fused
 /// ReLU and residual) and training forward, against the reference composition; the gradients of
-/// Winograd and direct agree (Winograd2d's are Winograd's).
+/// Winograd and direct agree (Winograd1d's are Winograd's).
 #[test]
 fn both_conv_algorithms_match_the_reference_at_32_features() {
     let cfg = ModelConfig {
@@ -138,7 +138,7 @@ fn both_conv_algorithms_match_the_reference_at_32_features() {
     for algorithm in [
         ConvAlgorithm::Winograd,
         ConvAlgorithm::Direct,
-        ConvAlgorithm::Winograd2d,
+        ConvAlgorithm::Winograd1d,
     ] {
         net.set_conv_algorithm(algorithm);
         net.release_buffers();
