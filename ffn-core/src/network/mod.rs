@@ -337,12 +337,24 @@ impl ConvStack3d {
         // Inference keeps no relu(x) for a backward pass: Winograd reads x through a fused ReLU.
         let fuse_relu = !ws.train && self.algorithm != ConvAlgorithm::Direct;
         // Inference runs the forward convs by F(4x4, 3x3) under the default algorithm.
-        let t = !ws.train && self.algorithm == ConvAlgorithm::Winograd;
+        let two_axes = !ws.train && self.algorithm == ConvAlgorithm::Winograd;
         let wino = &mut ws.wino;
         layers::concat2_padded(&g, image, seed, &mut ws.input);
         let (l0, l1) = (&self.layers[0], &self.layers[1]);
-        self.conv_forward(wino, l0, &g, &ws.input, false, true, None, t, &mut ws.h);
-        self.conv_forward(wino, l1, &g, &ws.h, false, false, None, t, &mut ws.xs[0]);
+        self.conv_forward(
+            wino, l0, &g, &ws.input, false, true, None, two_axes, &mut ws.h,
+        );
+        self.conv_forward(
+            wino,
+            l1,
+            &g,
+            &ws.h,
+            false,
+            false,
+            None,
+            two_axes,
+            &mut ws.xs[0],
+        );
         let (nx, nr, nu) = (ws.xs.len(), ws.rs.len(), ws.us.len());
         for m in 1..d {
             let (xi, ri, ui) = ((m - 1) % nx, (m - 1) % nr, (m - 1) % nu);
@@ -356,7 +368,7 @@ impl ConvStack3d {
                     true,
                     true,
                     None,
-                    t,
+                    two_axes,
                     &mut ws.us[ui],
                 );
             } else {
@@ -369,12 +381,22 @@ impl ConvStack3d {
                     false,
                     true,
                     None,
-                    t,
+                    two_axes,
                     &mut ws.us[ui],
                 );
             }
             let (prev, next) = pair(&mut ws.xs, xi, m % nx);
-            self.conv_forward(wino, lb, &g, &ws.us[ui], false, false, Some(prev), t, next);
+            self.conv_forward(
+                wino,
+                lb,
+                &g,
+                &ws.us[ui],
+                false,
+                false,
+                Some(prev),
+                two_axes,
+                next,
+            );
         }
         let rl = (d - 1) % nr;
         layers::relu(&ws.xs[(d - 1) % nx], &mut ws.rs[rl]);
@@ -387,7 +409,7 @@ impl ConvStack3d {
             false,
             false,
             None,
-            t,
+            two_axes,
             &mut ws.lom,
         );
         g.unpad_into(&ws.lom, 1, out);
