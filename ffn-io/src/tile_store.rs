@@ -159,10 +159,7 @@ impl TileStore {
         buf.extend_from_slice(&rec.max_id().to_le_bytes());
         buf.extend_from_slice(&(rec.meta.len() as u64).to_le_bytes());
         buf.extend_from_slice(rec.meta.as_bytes());
-        let mut enc = DeflateEncoder::new(Vec::new(), Compression::new(4));
-        let raw: Vec<u8> = rec.labels.iter().flat_map(|v| v.to_le_bytes()).collect();
-        enc.write_all(&raw).map_err(|e| IoError::os(&path, e))?;
-        let packed = enc.finish().map_err(|e| IoError::os(&path, e))?;
+        let packed = deflate_labels(&rec.labels).map_err(|e| IoError::os(&path, e))?;
         buf.extend_from_slice(&(packed.len() as u64).to_le_bytes());
         buf.extend_from_slice(&packed);
         let crc = crc32c(&buf);
@@ -224,6 +221,40 @@ impl TileStore {
     }
 }
 
+/// Labels as little-endian `u64`s, deflate-compressed (level 4).
+pub(crate) fn deflate_labels(labels: &[u64]) -> std::io::Result<Vec<u8>> {
+    let mut enc = DeflateEncoder::new(Vec::new(), Compression::new(4));
+    let raw: Vec<u8> = labels.iter().flat_map(|v| v.to_le_bytes()).collect();
+    enc.write_all(&raw)?;
+    enc.finish()
+}
+
+/// Inflates exactly `n` labels written by [`deflate_labels`]; at most one byte more than they
+/// need is inflated (a deflate stream can expand a thousandfold). The error says what was wrong.
+pub(crate) fn inflate_labels(packed: &[u8], n: usize) -> Result<Vec<u64>, String> {
+    let want = n.checked_mul(8).ok_or("shape overflows")?;
+    let mut raw = Vec::with_capacity(want.min(packed.len().saturating_mul(4)));
+    DeflateDecoder::new(packed)
+        .take(want as u64 + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("labels do not inflate: {e}"))?;
+    if raw.len() > want {
+        return Err(format!(
+            "labels inflate to more than the {want} bytes of {n} labels"
+        ));
+    }
+    if raw.len() < want {
+        return Err(format!(
+            "expected {n} labels ({want} bytes), found {} bytes",
+            raw.len()
+        ));
+    }
+    Ok(raw
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
 /// Decodes the bytes of a tile file (see the module docs) that should hold tile `index`; `path`
 /// names the file in errors. A damaged file is an error that says to delete it; the labels are
 /// inflated only up to the size the header's shape gives.
@@ -283,29 +314,7 @@ pub fn decode_tile(bytes: &[u8], path: &Path, index: usize) -> Result<TileRecord
         .iter()
         .try_fold(1usize, |a, &b| a.checked_mul(b))
         .ok_or_else(|| damaged("shape overflows"))?;
-    let want = n.checked_mul(8).ok_or_else(|| damaged("shape overflows"))?;
-    // At most one byte more than the shape needs is inflated (a deflate stream can expand a
-    // thousandfold); the buffer grows with what is inflated.
-    let mut raw = Vec::with_capacity(want.min(packed.len().saturating_mul(4)));
-    DeflateDecoder::new(packed)
-        .take(want as u64 + 1)
-        .read_to_end(&mut raw)
-        .map_err(|_| damaged("labels do not inflate"))?;
-    if raw.len() > want {
-        return Err(damaged(&format!(
-            "labels inflate to more than the {want} bytes of {n} labels for shape {shape:?}"
-        )));
-    }
-    if raw.len() < want {
-        return Err(damaged(&format!(
-            "expected {n} labels ({want} bytes) for shape {shape:?}, found {} bytes",
-            raw.len()
-        )));
-    }
-    let labels: Vec<u64> = raw
-        .chunks_exact(8)
-        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-        .collect();
+    let labels = inflate_labels(packed, n).map_err(|e| damaged(&e))?;
     let rec = TileRecord {
         index,
         origin,

@@ -167,7 +167,7 @@ pub(crate) enum Element {
 
 impl Element {
     /// The short name (`uint8`, `int64`, `float32`, ...).
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Element::U8 => "uint8",
             Element::U16 => "uint16",
@@ -286,7 +286,7 @@ impl Opened {
     }
 }
 
-fn hdf5_err(spec: &dyn fmt::Display, e: hdf5::Error) -> IoError {
+pub(crate) fn hdf5_err(spec: &dyn fmt::Display, e: hdf5::Error) -> IoError {
     IoError::Hdf5 {
         spec: spec.to_string(),
         detail: one_line(&e.to_string()),
@@ -557,7 +557,10 @@ pub fn read_labels_region(
 /// `spec` (so that its other datasets are carried over) or a new file. Removes an existing dataset
 /// of that name and creates the groups on its path. Returns the file and the group that will hold
 /// the dataset.
-fn prepare_write(spec: &VolumeSpec, tmp: &Path) -> Result<(File, hdf5::Group, String), IoError> {
+pub(crate) fn prepare_write(
+    spec: &VolumeSpec,
+    tmp: &Path,
+) -> Result<(File, hdf5::Group, String), IoError> {
     let path = &spec.path;
     let file = if path.exists() {
         // Refuse a file that is not HDF5 before copying it.
@@ -641,15 +644,24 @@ pub fn write_image_f32(spec: &VolumeSpec, v: &Array3<f32>) -> Result<(), IoError
 
 /// Writes a 3D label volume (z,y,x) as the smallest unsigned type that holds its largest id.
 pub fn write_labels(spec: &VolumeSpec, v: &Array3<u64>) -> Result<(), IoError> {
-    let max = v.iter().copied().max().unwrap_or(0);
-    if max <= u64::from(u8::MAX) {
-        write_typed(spec, &v.mapv(|x| x as u8))
-    } else if max <= u64::from(u16::MAX) {
-        write_typed(spec, &v.mapv(|x| x as u16))
-    } else if max <= u64::from(u32::MAX) {
-        write_typed(spec, &v.mapv(|x| x as u32))
+    match label_element(v.iter().copied().max().unwrap_or(0)) {
+        Element::U8 => write_typed(spec, &v.mapv(|x| x as u8)),
+        Element::U16 => write_typed(spec, &v.mapv(|x| x as u16)),
+        Element::U32 => write_typed(spec, &v.mapv(|x| x as u32)),
+        _ => write_typed(spec, v),
+    }
+}
+
+/// The smallest unsigned element type that holds every id up to `max_id`.
+pub(crate) fn label_element(max_id: u64) -> Element {
+    if max_id <= u64::from(u8::MAX) {
+        Element::U8
+    } else if max_id <= u64::from(u16::MAX) {
+        Element::U16
+    } else if max_id <= u64::from(u32::MAX) {
+        Element::U32
     } else {
-        write_typed(spec, v)
+        Element::U64
     }
 }
 

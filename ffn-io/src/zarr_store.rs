@@ -153,39 +153,83 @@ fn ensure_groups(spec: &VolumeSpec) -> Result<(), IoError> {
     Ok(())
 }
 
-/// Writes `v` as the array of `spec` (Zarr v3, element type `T`), replacing an array of that name;
-/// other arrays of the store are kept.
-pub(crate) fn write<T: Sample>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
-    ensure_groups(spec)?;
-    // A root array is the store folder itself; Path::join of "" would add a trailing '/'.
+/// The folder of the array of `spec` (a root array is the store folder itself).
+fn array_dir(spec: &VolumeSpec) -> std::path::PathBuf {
+    // Path::join of "" would add a trailing '/'.
     let leaf = spec.dataset.trim_matches('/');
-    let target = if leaf.is_empty() {
+    if leaf.is_empty() {
         spec.path.clone()
     } else {
         spec.path.join(leaf)
+    }
+}
+
+/// A new, empty Zarr v3 array of `shape` and `element` in the folder `dir` (which must not exist):
+/// `[z, y, x]` dimension names, chunks of [`ZARR_CHUNK_EDGE`] (capped by the shape), zstd.
+pub(crate) fn create(
+    spec: &VolumeSpec,
+    dir: &Path,
+    shape: [usize; 3],
+    element: Element,
+) -> Result<ZarrArray, IoError> {
+    std::fs::create_dir(dir).map_err(|e| IoError::os(dir, e))?;
+    let shape: Vec<u64> = shape.iter().map(|&n| n as u64).collect();
+    let chunks: Vec<u64> = shape.iter().map(|&n| n.clamp(1, ZARR_CHUNK_EDGE)).collect();
+    let fill = if matches!(element, Element::F32 | Element::F64) {
+        FillValueMetadata::from(0.0f64)
+    } else {
+        FillValueMetadata::from(0u64)
     };
-    crate::atomic::replace_dir(&target, |tmp| {
-        std::fs::create_dir(tmp).map_err(|e| IoError::os(tmp, e))?;
-        let shape: Vec<u64> = v.shape().iter().map(|&n| n as u64).collect();
-        let chunks: Vec<u64> = shape.iter().map(|&n| n.clamp(1, ZARR_CHUNK_EDGE)).collect();
-        let fill = if matches!(T::ELEMENT, Element::F32 | Element::F64) {
-            FillValueMetadata::from(0.0f64)
-        } else {
-            FillValueMetadata::from(0u64)
-        };
-        let array = ArrayBuilder::new(shape.clone(), chunks, zarr_type(T::ELEMENT), fill)
-            .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(ZSTD_LEVEL, false))])
-            .dimension_names(Some(["z", "y", "x"]))
-            .build(store(spec, tmp)?, "/")
-            .map_err(|e| zarr_err(spec, e))?;
-        array.store_metadata().map_err(|e| zarr_err(spec, e))?;
-        if !shape.contains(&0) {
-            let all = [0..shape[0], 0..shape[1], 0..shape[2]];
-            array
-                .store_array_subset(&all, &v.as_standard_layout())
-                .map_err(|e| zarr_err(spec, e))?;
+    let array = ArrayBuilder::new(shape, chunks, zarr_type(element), fill)
+        .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(ZSTD_LEVEL, false))])
+        .dimension_names(Some(["z", "y", "x"]))
+        .build(store(spec, dir)?, "/")
+        .map_err(|e| zarr_err(spec, e))?;
+    array.store_metadata().map_err(|e| zarr_err(spec, e))?;
+    Ok(ZarrArray { array })
+}
+
+impl ZarrArray {
+    /// Writes `v` at `offset` (z,y,x; checked by the caller); chunks it covers in part are read,
+    /// updated and rewritten.
+    pub(crate) fn write_region<T: Sample>(
+        &self,
+        spec: &VolumeSpec,
+        offset: [usize; 3],
+        v: &Array3<T>,
+    ) -> Result<(), IoError> {
+        if v.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let range = |i: usize| offset[i] as u64..(offset[i] + v.shape()[i]) as u64;
+        self.array
+            .store_array_subset(&[range(0), range(1), range(2)], &v.as_standard_layout())
+            .map_err(|e| zarr_err(spec, e))
+    }
+}
+
+/// Makes the array of `spec` (its groups first, [`ensure_groups`]) in a temporary folder, lets
+/// `fill` write into it, and puts it in place only when `fill` succeeded
+/// ([`crate::atomic::replace_dir`]): an array of that name is replaced, other arrays of the store
+/// are kept.
+pub(crate) fn create_and_fill(
+    spec: &VolumeSpec,
+    shape: [usize; 3],
+    element: Element,
+    fill: impl FnOnce(ZarrArray) -> Result<(), IoError>,
+) -> Result<(), IoError> {
+    ensure_groups(spec)?;
+    crate::atomic::replace_dir(&array_dir(spec), |tmp| {
+        fill(create(spec, tmp, shape, element)?)
+    })
+}
+
+/// Writes `v` as the array of `spec` (Zarr v3, element type `T`), replacing an array of that name;
+/// other arrays of the store are kept.
+pub(crate) fn write<T: Sample>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
+    let shape = [v.shape()[0], v.shape()[1], v.shape()[2]];
+    create_and_fill(spec, shape, T::ELEMENT, |array| {
+        array.write_region(spec, [0; 3], v)
     })
 }
 

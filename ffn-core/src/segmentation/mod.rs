@@ -25,7 +25,8 @@ mod tests;
 pub use consensus::split_segmentation_by_intersection;
 pub use overlay::{render_overlay, segment_colour};
 pub use reconcile::{
-    MergeRule, PairStats, ReconcileSummary, Reconciler, TileLabels, TileSource, reconcile,
+    MergeRule, PairStats, ReconcileSummary, Reconciler, Reconciliation, TileLabels, TileSource,
+    reconcile, reconcile_ids,
 };
 pub use relabel::{relabel_first_appearance, relabel_sequential};
 pub use tiling::{Tile, TilePlan};

@@ -254,38 +254,26 @@ impl Reconciler {
         })
     }
 
-    /// Writes the tile's core voxels, renamed to global ids, into `out` (the whole volume of
-    /// `volume_shape`, `[z][y][x]`).
-    pub fn paint_core(
+    /// Calls `visit(position, set)` for every run of equal ids along x in the tile's core, with
+    /// `position` the run's first voxel (volume coordinates) and `set` the global id of the run's
+    /// set ([`Reconciler::global_id`], 0 for background), in raster order of the core.
+    fn for_each_core_run(
         &mut self,
         t: &TileLabels,
-        volume_shape: [usize; 3],
-        out: &mut [u64],
+        mut visit: impl FnMut([usize; 3], usize, u64) -> Result<(), SegmentationError>,
     ) -> Result<(), SegmentationError> {
         t.check()?;
-        if out.len() != prod(volume_shape) {
-            return Err(SegmentationError::LengthMismatch {
-                what: "reconciled volume".to_string(),
-                expected: prod(volume_shape),
-                actual: out.len(),
-            });
-        }
         let (lo, hi) = (t.tile.core_lo, t.tile.core_hi);
-        if (0..3).any(|a| hi[a] > volume_shape[a]) {
-            return Err(SegmentationError::InvalidParameter {
-                field: "tile core",
-                reason: format!(
-                    "tile {} core ends at {hi:?}, outside the volume {volume_shape:?}",
-                    t.tile.index
-                ),
-            });
-        }
         let mut last: Option<(u64, u64)> = None;
         for z in lo[0]..hi[0] {
             for y in lo[1]..hi[1] {
-                let row = (z * volume_shape[1] + y) * volume_shape[2];
-                for x in lo[2]..hi[2] {
+                let mut x = lo[2];
+                while x < hi[2] {
                     let local = t.at([z, y, x]);
+                    let mut end = x + 1;
+                    while end < hi[2] && t.at([z, y, end]) == local {
+                        end += 1;
+                    }
                     let g = match last {
                         Some((l, g)) if l == local => g,
                         _ => {
@@ -294,11 +282,73 @@ impl Reconciler {
                             g
                         }
                     };
-                    out[row + x] = g;
+                    visit([z, y, x], end - x, g)?;
+                    x = end;
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The ids of a reconciled plan: the merged sets of tile-local segments ([`Reconciler`]) and the
+/// final id of every set that owns a voxel, `1..=segments` in order of first appearance in the
+/// volume (raster order, z slowest). Made by [`reconcile_ids`]; [`Reconciliation::core_ids`] then
+/// gives every tile's core in final ids, one tile at a time, so a volume of any size can be
+/// written region by region.
+#[derive(Clone, Debug)]
+pub struct Reconciliation {
+    reconciler: Reconciler,
+    volume_shape: [usize; 3],
+    /// Final id of each set (keyed by [`Reconciler::global_id`]).
+    final_ids: BTreeMap<u64, u64>,
+    summary: ReconcileSummary,
+}
+
+impl Reconciliation {
+    /// Segments of the final volume (its largest id).
+    pub fn segments(&self) -> u64 {
+        self.summary.segments
+    }
+
+    /// Totals of the reconciliation.
+    pub fn summary(&self) -> ReconcileSummary {
+        self.summary
+    }
+
+    /// The core of tile `t` in final ids: `[z][y][x]` of the core's shape
+    /// (`t.tile.core_hi - t.tile.core_lo`), to be placed at `t.tile.core_lo` in the volume.
+    pub fn core_ids(&mut self, t: &TileLabels) -> Result<Vec<u64>, SegmentationError> {
+        let core: [usize; 3] = [0, 1, 2].map(|a| t.tile.core_hi[a] - t.tile.core_lo[a]);
+        if (0..3).any(|a| t.tile.core_hi[a] > self.volume_shape[a]) {
+            return Err(SegmentationError::InvalidParameter {
+                field: "tile core",
+                reason: format!(
+                    "tile {} core ends at {:?}, outside the volume {:?}",
+                    t.tile.index, t.tile.core_hi, self.volume_shape
+                ),
+            });
+        }
+        let mut out = Vec::with_capacity(prod(core));
+        let final_ids = &self.final_ids;
+        self.reconciler.for_each_core_run(t, |_, n, set| {
+            let id = if set == 0 {
+                0
+            } else {
+                *final_ids
+                    .get(&set)
+                    .ok_or_else(|| SegmentationError::InvalidParameter {
+                        field: "tile labels",
+                        reason: format!(
+                            "tile {}: a segment that was not seen when the ids were counted",
+                            t.tile.index
+                        ),
+                    })?
+            };
+            out.extend(core::iter::repeat_n(id, n));
+            Ok(())
+        })?;
+        Ok(out)
     }
 }
 
@@ -328,6 +378,64 @@ pub trait TileSource {
     /// The local ids of `tile`, `[z][y][x]` of `tile.shape`. A source that records where a tile
     /// lies checks it against `tile` and fails naming both.
     fn labels(&self, tile: &Tile) -> Result<Cow<'_, [u64]>, Self::Error>;
+
+    /// The local ids of `tile` in the box `lo..hi` (volume coordinates, inside the tile),
+    /// `[z][y][x]`: what the merge reads of a tile overlap. The default cuts the box out of
+    /// [`TileSource::labels`]; a source that keeps the overlaps apart reads only them.
+    fn labels_in(
+        &self,
+        tile: &Tile,
+        lo: [usize; 3],
+        hi: [usize; 3],
+    ) -> Result<Cow<'_, [u64]>, Self::Error> {
+        let labels = self.labels(tile)?;
+        Ok(Cow::Owned(cut_box(tile, &labels, lo, hi)?))
+    }
+}
+
+/// The ids of the box `lo..hi` (volume coordinates) of a tile's `labels`, `[z][y][x]`; a box
+/// outside the tile or labels of the wrong length are errors.
+pub fn cut_box(
+    tile: &Tile,
+    labels: &[u64],
+    lo: [usize; 3],
+    hi: [usize; 3],
+) -> Result<Vec<u64>, SegmentationError> {
+    let t = TileLabels {
+        tile: *tile,
+        labels,
+    };
+    t.check()?;
+    if (0..3).any(|a| lo[a] < tile.origin[a] || hi[a] > tile.end()[a] || lo[a] > hi[a]) {
+        return Err(SegmentationError::InvalidParameter {
+            field: "overlap box",
+            reason: format!(
+                "expected a box inside tile {} ({:?}..{:?}), found {lo:?}..{hi:?}",
+                tile.index,
+                tile.origin,
+                tile.end()
+            ),
+        });
+    }
+    let mut out = Vec::with_capacity(prod([0, 1, 2].map(|a| hi[a] - lo[a])));
+    for z in lo[0]..hi[0] {
+        for y in lo[1]..hi[1] {
+            for x in lo[2]..hi[2] {
+                out.push(t.at([z, y, x]));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `tile` narrowed to the box `lo..hi` (same index and grid position), for the labels of an
+/// overlap.
+fn narrowed(tile: &Tile, lo: [usize; 3], hi: [usize; 3]) -> Tile {
+    Tile {
+        origin: lo,
+        shape: [0, 1, 2].map(|a| hi[a] - lo[a]),
+        ..*tile
+    }
 }
 
 impl TileSource for [Vec<u64>] {
@@ -359,67 +467,108 @@ fn plan_tile(plan: &TilePlan, i: usize) -> Result<Tile, SegmentationError> {
         })
 }
 
-/// Reconciles the tiles of `plan` read from `source` into one volume (`[z][y][x]` of
-/// `plan.shape()`, ids `1..=n` in order of first appearance): observes every overlapping pair,
-/// paints every tile's core with global ids and relabels. Tiles are loaded as the pairs need them
-/// and dropped once no later pair does, so at most one layer of the tile grid (plus the output
-/// volume) is held in memory.
-pub fn reconcile<'s, S: TileSource + ?Sized>(
+/// Reconciles the tiles of `plan` read from `source`: observes every overlapping pair (merging
+/// segments by the rule) from the two tiles' labels in their shared box only
+/// ([`TileSource::labels_in`]), then reads every tile once more, one at a time, to find which
+/// merged sets own voxels and where each first appears, and numbers them `1..=n` in that order.
+/// Memory: one tile, two overlap boxes, and the merged sets (a few words per tile-local segment);
+/// nothing of the size of the volume or of a layer of tiles.
+pub fn reconcile_ids<S: TileSource + ?Sized>(
     plan: &TilePlan,
-    source: &'s S,
+    source: &S,
     rule: MergeRule,
-) -> Result<(Vec<u64>, ReconcileSummary), S::Error> {
+) -> Result<Reconciliation, S::Error> {
     let tiles: Vec<Tile> = plan.tiles().collect();
     let max_ids: Vec<u64> = tiles
         .iter()
         .map(|t| source.max_id(t))
         .collect::<Result<_, _>>()?;
     let mut rec = Reconciler::new(&max_ids, rule)?;
-    let mut cache: BTreeMap<usize, Cow<'s, [u64]>> = BTreeMap::new();
-    let load = |cache: &mut BTreeMap<usize, Cow<'s, [u64]>>, i: usize| -> Result<(), S::Error> {
-        if let alloc::collections::btree_map::Entry::Vacant(e) = cache.entry(i) {
-            e.insert(source.labels(&plan_tile(plan, i)?)?);
-        }
-        Ok(())
-    };
-    fn view<'a>(
-        plan: &TilePlan,
-        cache: &'a BTreeMap<usize, Cow<'_, [u64]>>,
-        i: usize,
-    ) -> Result<TileLabels<'a>, SegmentationError> {
-        let tile = plan_tile(plan, i)?;
-        let labels = cache
-            .get(&i)
-            .ok_or_else(|| SegmentationError::InvalidParameter {
-                field: "tile cache",
-                reason: format!("expected tile {i} to be loaded, found it missing"),
-            })?;
-        Ok(TileLabels { tile, labels })
-    }
     let mut summary = ReconcileSummary::default();
     for (i, j) in plan.overlapping_pairs() {
-        // Pairs come in increasing order of i: tiles before i are never needed again.
-        cache.retain(|&k, _| k >= i);
-        load(&mut cache, i)?;
-        load(&mut cache, j)?;
-        let s = rec.observe(&view(plan, &cache, i)?, &view(plan, &cache, j)?)?;
+        let (a, b) = (plan_tile(plan, i)?, plan_tile(plan, j)?);
+        let Some((lo, hi)) = intersection(&a, &b) else {
+            continue;
+        };
+        let (la, lb) = (source.labels_in(&a, lo, hi)?, source.labels_in(&b, lo, hi)?);
+        let s = rec.observe(
+            &TileLabels {
+                tile: narrowed(&a, lo, hi),
+                labels: &la,
+            },
+            &TileLabels {
+                tile: narrowed(&b, lo, hi),
+                labels: &lb,
+            },
+        )?;
         summary.tile_pairs += 1;
         summary.pairs.pairs += s.pairs;
         summary.pairs.accepted += s.accepted;
         summary.pairs.merges += s.merges;
     }
-    cache.clear();
+    // First appearance of every set: the raster order of a core is the volume's raster order
+    // restricted to it, so a set's first voxel is the earliest of its first voxels per core.
+    let shape = plan.shape();
+    let mut first: BTreeMap<u64, usize> = BTreeMap::new();
+    for tile in &tiles {
+        let labels = source.labels(tile)?;
+        let t = TileLabels {
+            tile: *tile,
+            labels: &labels,
+        };
+        summary.local_segments += relabel::segment_sizes(t.labels).len() as u64;
+        rec.for_each_core_run(&t, |p, _, set| {
+            if set != 0 {
+                let at = (p[0] * shape[1] + p[1]) * shape[2] + p[2];
+                let e = first.entry(set).or_insert(at);
+                *e = (*e).min(at);
+            }
+            Ok(())
+        })?;
+    }
+    let mut order: Vec<(usize, u64)> = first.into_iter().map(|(set, at)| (at, set)).collect();
+    order.sort_unstable();
+    let final_ids: BTreeMap<u64, u64> = order
+        .iter()
+        .enumerate()
+        .map(|(k, &(_, set))| (set, k as u64 + 1))
+        .collect();
+    summary.segments = final_ids.len() as u64;
+    Ok(Reconciliation {
+        reconciler: rec,
+        volume_shape: shape,
+        final_ids,
+        summary,
+    })
+}
+
+/// Reconciles the tiles of `plan` read from `source` into one volume in memory (`[z][y][x]` of
+/// `plan.shape()`, ids `1..=n` in order of first appearance); see [`reconcile_ids`], which this
+/// completes by placing every tile's [`Reconciliation::core_ids`]. For volumes that do not fit in
+/// memory, use [`reconcile_ids`] and write the cores region by region.
+pub fn reconcile<S: TileSource + ?Sized>(
+    plan: &TilePlan,
+    source: &S,
+    rule: MergeRule,
+) -> Result<(Vec<u64>, ReconcileSummary), S::Error> {
+    let mut ids = reconcile_ids(plan, source, rule)?;
     let shape = plan.shape();
     let mut out = vec![0u64; prod(shape)];
-    for i in 0..plan.len() {
-        load(&mut cache, i)?;
-        let t = view(plan, &cache, i)?;
-        rec.paint_core(&t, shape, &mut out)?;
-        summary.local_segments += relabel::segment_sizes(t.labels).len() as u64;
-        cache.remove(&i);
+    for tile in plan.tiles() {
+        let labels = source.labels(&tile)?;
+        let core = ids.core_ids(&TileLabels {
+            tile,
+            labels: &labels,
+        })?;
+        let (lo, hi) = (tile.core_lo, tile.core_hi);
+        let row = hi[2] - lo[2];
+        for (k, chunk) in core.chunks_exact(row.max(1)).enumerate() {
+            let (z, y) = (lo[0] + k / (hi[1] - lo[1]), lo[1] + k % (hi[1] - lo[1]));
+            let at = (z * shape[1] + y) * shape[2] + lo[2];
+            out[at..at + row].copy_from_slice(chunk);
+        }
     }
-    summary.segments = relabel::relabel_first_appearance(&mut out);
-    Ok((out, summary))
+    Ok((out, ids.summary()))
 }
 
 /// Reconciles tiles held in memory (`tiles[t]` = tile `t`'s labels); see [`reconcile`].

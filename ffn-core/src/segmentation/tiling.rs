@@ -176,19 +176,55 @@ impl TilePlan {
         (0..self.len()).filter_map(|i| self.tile(i))
     }
 
-    /// Pairs of tiles `(i, j)`, `i < j`, whose boxes share at least one voxel (face, edge and
-    /// corner neighbours), in increasing order.
-    pub fn overlapping_pairs(&self) -> Vec<(usize, usize)> {
-        let tiles: Vec<Tile> = self.tiles().collect();
+    /// Grid positions along axis `a` whose tiles share voxels with the tile at position `p`
+    /// (itself included): a contiguous range, as tile starts increase.
+    fn axis_neighbours(&self, a: usize, p: usize) -> core::ops::Range<usize> {
+        let (starts, size) = (&self.starts[a], self.size[a]);
+        let first = (0..p)
+            .rev()
+            .take_while(|&q| starts[q] + size > starts[p])
+            .last()
+            .unwrap_or(p);
+        let end = (p + 1..starts.len())
+            .take_while(|&q| starts[p] + size > starts[q])
+            .last()
+            .map_or(p + 1, |q| q + 1);
+        first..end
+    }
+
+    /// The tiles whose boxes share at least one voxel with tile `index` (face, edge and corner
+    /// neighbours, not the tile itself), in increasing order; empty past the end.
+    pub fn neighbours(&self, index: usize) -> Vec<usize> {
+        let Some(t) = self.tile(index) else {
+            return Vec::new();
+        };
+        let g = self.grid_shape();
         let mut out = Vec::new();
-        for (i, a) in tiles.iter().enumerate() {
-            for b in &tiles[i + 1..] {
-                if intersection(a, b).is_some() {
-                    out.push((a.index, b.index));
+        for z in self.axis_neighbours(0, t.grid[0]) {
+            for y in self.axis_neighbours(1, t.grid[1]) {
+                for x in self.axis_neighbours(2, t.grid[2]) {
+                    let j = (z * g[1] + y) * g[2] + x;
+                    if j != index {
+                        out.push(j);
+                    }
                 }
             }
         }
         out
+    }
+
+    /// Pairs of tiles `(i, j)`, `i < j`, whose boxes share at least one voxel (face, edge and
+    /// corner neighbours), in increasing order. Found through the grid ([`TilePlan::neighbours`]),
+    /// so the cost grows with the number of tiles, not its square.
+    pub fn overlapping_pairs(&self) -> Vec<(usize, usize)> {
+        (0..self.len())
+            .flat_map(|i| {
+                self.neighbours(i)
+                    .into_iter()
+                    .filter(move |&j| j > i)
+                    .map(move |j| (i, j))
+            })
+            .collect()
     }
 }
 
@@ -312,6 +348,37 @@ mod tests {
         assert_eq!(plan.len(), 8);
         // Every pair of the 2x2x2 grid shares the central voxels.
         assert_eq!(plan.overlapping_pairs().len(), 28);
+    }
+
+    /// The grid's neighbours are exactly the tiles that intersect, checked pair by pair.
+    #[test]
+    fn neighbours_are_the_intersecting_tiles() {
+        for (shape, size, overlap) in [
+            ([20, 20, 20], [12, 12, 12], [4, 4, 4]),
+            ([17, 40, 9], [8, 9, 9], [6, 2, 0]),
+            ([100, 31, 64], [16, 7, 64], [15, 6, 3]),
+            ([5, 50, 33], [5, 10, 8], [0, 9, 1]),
+        ] {
+            let plan = TilePlan::new(shape, size, overlap).unwrap();
+            let tiles: Vec<Tile> = plan.tiles().collect();
+            let mut brute = Vec::new();
+            for a in &tiles {
+                let want: Vec<usize> = tiles
+                    .iter()
+                    .filter(|b| b.index != a.index && intersection(a, b).is_some())
+                    .map(|b| b.index)
+                    .collect();
+                assert_eq!(
+                    plan.neighbours(a.index),
+                    want,
+                    "{shape:?} {size:?} {overlap:?}"
+                );
+                brute.extend(want.iter().filter(|&&j| j > a.index).map(|&j| (a.index, j)));
+            }
+            assert_eq!(plan.overlapping_pairs(), brute);
+        }
+        let plan = TilePlan::new([4, 4, 4], [4, 4, 4], [0; 3]).unwrap();
+        assert!(plan.neighbours(0).is_empty() && plan.neighbours(1).is_empty());
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!   shared by all workers (one host, or a shared file system).
 //! - **Reconciling**: segments meeting in tile overlaps are merged by overlap size, every voxel is
 //!   taken from the tile whose core holds it, ids are made contiguous, and the volume is written
-//!   chunked and compressed.
+//!   chunked and compressed, one tile core at a time: no process ever holds the volume, so volumes
+//!   larger than memory are segmented (memory grows with the tile size and one layer of the tile
+//!   grid, not with the volume).
 //! - **From flags**: `ffn infer-tiled` fills [`TiledSettings`], whose [`TiledSettings::resolve`]
 //!   loads the predictor and plans the run, and [`connect_ranks`] gives its ranks one run id.
 //!
@@ -36,7 +38,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use ffn_core::inference::{Predictor, SegmentOptions, normalize_image, segment};
-use ffn_core::segmentation::reconcile::{MergeRule, ReconcileSummary, TileSource, reconcile};
+use ffn_core::segmentation::reconcile::cut_box;
+use ffn_core::segmentation::reconcile::{
+    MergeRule, ReconcileSummary, TileLabels, TileSource, reconcile, reconcile_ids,
+};
+use ffn_core::segmentation::tiling::intersection;
 use ffn_core::segmentation::{Tile, TilePlan};
 
 mod setup;
@@ -44,9 +50,10 @@ mod setup;
 pub use setup::{TiledSettings, TiledSetup, connect_ranks, default_store_dir};
 
 use crate::error::IoError;
-use crate::infer::array3;
+use crate::region_writer::write_labels_by_region;
+use crate::tile_overlaps::{OverlapBox, load_overlap, save_overlaps};
 use crate::tile_store::{TileRecord, TileStore};
-use crate::volume::{VolumeSpec, read_image_f32_region, write_labels};
+use crate::volume::{VolumeSpec, read_image_f32_region};
 
 /// What a tiled run segments, how it cuts the volume and how it merges the tiles.
 #[derive(Clone, Debug, PartialEq)]
@@ -259,11 +266,33 @@ pub fn run_tiles<P: Predictor + ?Sized>(
             continue;
         }
         let rec = segment_tile(opts, &tile, predictor, worker.rank)?;
+        // The overlaps first: the tile file marks the tile finished.
+        save_overlaps(
+            store.dir(),
+            tile.index,
+            &overlap_boxes(plan, &tile, &rec.labels)?,
+        )?;
         store.save(&rec)?;
         run.computed += 1;
         on_tile(&rec, store.count_done(plan.len()));
     }
     Ok(run)
+}
+
+/// The labels of `tile` in the box it shares with each of its neighbours in `plan`.
+fn overlap_boxes(plan: &TilePlan, tile: &Tile, labels: &[u64]) -> Result<Vec<OverlapBox>, IoError> {
+    let mut out = Vec::new();
+    for j in plan.neighbours(tile.index) {
+        let Some((lo, hi)) = plan.tile(j).and_then(|b| intersection(tile, &b)) else {
+            continue;
+        };
+        out.push(OverlapBox {
+            lo,
+            hi,
+            labels: cut_box(tile, labels, lo, hi)?,
+        });
+    }
+    Ok(out)
 }
 
 /// The store's tiles, checked against the plan: a tile stored at another box is an error naming
@@ -288,6 +317,20 @@ impl TileSource for TileStore {
         }
         Ok(Cow::Owned(r.labels))
     }
+
+    /// Reads only the box from the tile's overlaps file; a store without one (written before
+    /// they existed) loads the whole tile.
+    fn labels_in(
+        &self,
+        tile: &Tile,
+        lo: [usize; 3],
+        hi: [usize; 3],
+    ) -> Result<Cow<'_, [u64]>, IoError> {
+        match load_overlap(self.dir(), tile.index, lo, hi)? {
+            Some(labels) => Ok(Cow::Owned(labels)),
+            None => Ok(Cow::Owned(cut_box(tile, &self.labels(tile)?, lo, hi)?)),
+        }
+    }
 }
 
 /// Reconciles the finished tiles of `store` into one relabelled volume (`[z][y][x]`) with
@@ -301,8 +344,9 @@ pub fn merge(
 }
 
 /// After all workers of run `run_id` stopped: removes the run's claims and, when every tile is
-/// finished, merges them and writes the volume to `out` (chunked, compressed). Returns `None`
-/// while tiles are missing (a rerun resumes), else the merge's summary.
+/// finished, reconciles them ([`reconcile_ids`]) and writes the volume to `out` tile core by tile
+/// core ([`write_labels_by_region`]), so memory holds a layer of tiles and the merged ids, never
+/// the volume. Returns `None` while tiles are missing (a rerun resumes), else the merge's summary.
 pub fn finish(
     opts: &TiledOptions,
     plan: &TilePlan,
@@ -314,9 +358,25 @@ pub fn finish(
     if store.count_done(plan.len()) < plan.len() {
         return Ok(None);
     }
-    let (volume, summary) = merge(plan, store, opts.merge)?;
-    write_labels(out, &array3(plan.shape(), volume, "reconciled volume")?)?;
-    Ok(Some(summary))
+    let mut ids = reconcile_ids(plan, store, opts.merge)?;
+    write_labels_by_region(out, plan.shape(), ids.segments(), |volume| {
+        for tile in plan.tiles() {
+            let labels = store.labels(&tile)?;
+            let core = ids
+                .core_ids(&TileLabels {
+                    tile,
+                    labels: &labels,
+                })
+                .map_err(|source| IoError::Segmentation {
+                    what: format!("tile {} of {}", tile.index, store.dir().display()),
+                    source,
+                })?;
+            let shape = [0, 1, 2].map(|a| tile.core_hi[a] - tile.core_lo[a]);
+            volume.write(tile.core_lo, shape, &core)?;
+        }
+        Ok(())
+    })?;
+    Ok(Some(ids.summary()))
 }
 
 #[cfg(test)]
