@@ -20,12 +20,14 @@ pub fn parse_f32_list(text: &str, what: &str) -> Result<Vec<f32>> {
 /// Parses `NAME:FILE:DATASET` or `NAME:STORE.zarr/ARRAY`, or a spec without a name, named after
 /// the file's (store's) stem.
 pub fn parse_named_spec(s: &str) -> Result<(String, VolumeSpec)> {
-    let names_a_zarr = |rest: &str| {
+    let names_a_store = |rest: &str| {
         rest.parse::<VolumeSpec>()
-            .is_ok_and(|v| v.format == ffn_io::VolumeFormat::Zarr)
+            .is_ok_and(|v| v.format != ffn_io::VolumeFormat::Hdf5)
     };
     let (name, rest) = match s.split_once(':') {
-        Some((name, rest)) if !name.contains('/') && (rest.contains(':') || names_a_zarr(rest)) => {
+        Some((name, rest))
+            if !name.contains('/') && (rest.contains(':') || names_a_store(rest)) =>
+        {
             (name.to_string(), rest)
         }
         _ => {

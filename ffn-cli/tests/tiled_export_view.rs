@@ -40,21 +40,24 @@ fn export_writes_precomputed_volumes_that_read_back() {
         stdout.contains("precomputed uint32 segmentation"),
         "{stdout}"
     );
-    let (info, back) = ffn_io::precomputed::read_volume(&out.join("image")).unwrap();
+    let info = ffn_io::precomputed::read_info(&out.join("image"), None).unwrap();
     assert_eq!(info.resolution_zyx, [40.0, 4.0, 4.0]);
     assert_eq!(info.chunk_zyx, [8, 16, 8]);
-    assert_eq!(back, image.mapv(u64::from));
-    let (info, back) = ffn_io::precomputed::read_volume(&out.join("segmentation")).unwrap();
-    assert_eq!(info.data_type, ffn_io::precomputed::DataType::Uint32);
-    assert_eq!(back, seg);
-    // One chunk by name, as Neuroglancer would fetch it: x 8..16, y 16..30, z 16..21.
-    let c = ffn_io::precomputed::read_chunk(
-        &out.join("segmentation"),
-        &info,
-        [16, 16, 8],
-        [21, 30, 16],
-    )
+    let back = h5(|| {
+        ffn_io::read_image_u8(
+            &format!("precomputed://{}", s(&out.join("image")))
+                .parse()
+                .unwrap(),
+        )
+    })
     .unwrap();
+    assert_eq!(back, image);
+    let seg_spec: ffn_io::VolumeSpec = s(&out.join("segmentation")).parse().unwrap();
+    let info = ffn_io::precomputed::read_info(&seg_spec.path, None).unwrap();
+    assert_eq!(info.data_type, ffn_io::precomputed::DataType::Uint32);
+    assert_eq!(h5(|| ffn_io::read_labels(&seg_spec)).unwrap(), seg);
+    // One chunk's box, as Neuroglancer would fetch it: x 8..16, y 16..30, z 16..21.
+    let c = h5(|| ffn_io::read_labels_region(&seg_spec, [16, 16, 8], [5, 14, 8])).unwrap();
     assert_eq!(c, seg.slice(ndarray::s![16..21, 16..30, 8..16]));
     assert!(out.join("segmentation/4_4_40/8-16_16-30_16-21").is_file());
     // Bad arguments are named.

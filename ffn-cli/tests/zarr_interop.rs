@@ -70,42 +70,13 @@ assert np.array_equal(raw[2:5, 40:50, 30:33], image[2:5, 40:50, 30:33])
 print("python read", raw.dtype, seg.dtype, raw.shape)
 "#;
 
-/// The interpreter with `zarr`, or `None` (skipped) when there is none and CI does not require it.
-fn python(test: &str) -> Option<String> {
-    match std::env::var("FFN_PYTHON") {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ if std::env::var("FFN_REQUIRE_INTEROP").as_deref() == Ok("1") => {
-            panic!("{test}: FFN_REQUIRE_INTEROP=1 but FFN_PYTHON is not set")
-        }
-        _ => {
-            eprintln!(
-                "{test}: SKIPPED (set FFN_PYTHON to a python with zarr and numpy: \
-                 bash scripts/python-interop-env.sh)"
-            );
-            None
-        }
-    }
-}
-
 fn py(python: &str, script: &str, root: &Path) -> String {
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(format!("{COMMON}{script}"))
-        .arg(root)
-        .output()
-        .expect("running python");
-    assert!(
-        out.status.success(),
-        "python failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    support::interop::run_python(python, &format!("{COMMON}{script}"), root)
 }
 
 #[test]
 fn arrays_the_zarr_package_writes_are_read_with_equal_values() {
-    let Some(python) = python("zarr package -> ffn-rs") else {
+    let Some(python) = support::interop::python("zarr package -> ffn-rs") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -132,7 +103,7 @@ fn arrays_the_zarr_package_writes_are_read_with_equal_values() {
 
 #[test]
 fn arrays_ffn_rs_writes_are_read_by_the_zarr_package_with_equal_values() {
-    let Some(python) = python("ffn-rs -> zarr package") else {
+    let Some(python) = support::interop::python("ffn-rs -> zarr package") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,5 @@
 //! Label volumes written region by region, for outputs larger than memory: the volume is created
-//! empty (HDF5 or Zarr, chunked and compressed, the smallest unsigned type that holds the largest
+//! empty (HDF5, Zarr or precomputed, chunked and compressed, the smallest unsigned type that holds the largest
 //! id), the caller writes boxes of ids into it one at a time, and the volume is put in place only
 //! when every box was written (a temporary file or folder renamed over the destination, as every
 //! write of ffn-io: a failure leaves the old volume, if any, untouched).
@@ -26,6 +26,7 @@ use hdf5::Dataset;
 use ndarray::{Array3, s};
 
 use crate::error::IoError;
+use crate::precomputed::{self, DataType, LayerType, PrecomputedInfo, PrecomputedVolume};
 use crate::volume::{
     CHUNK_EDGE, DEFLATE_LEVEL, Element, Sample, VolumeFormat, VolumeSpec, hdf5_err, label_element,
     prepare_write,
@@ -36,6 +37,7 @@ use crate::zarr_store::{self, ZarrArray};
 enum Target {
     Hdf5(Dataset),
     Zarr(Box<ZarrArray>),
+    Precomputed(Box<PrecomputedVolume>),
 }
 
 /// A label volume being written; see [`write_labels_by_region`].
@@ -139,6 +141,7 @@ impl LabelRegionWriter<'_> {
                 .map_err(|e| hdf5_err(self.spec, e))
             }
             Target::Zarr(array) => array.write_region(self.spec, offset, &block),
+            Target::Precomputed(volume) => volume.write_region(offset, &block),
         }
     }
 }
@@ -154,7 +157,12 @@ pub fn write_labels_by_region(
     max_id: u64,
     fill: impl FnOnce(&mut LabelRegionWriter<'_>) -> Result<(), IoError>,
 ) -> Result<(), IoError> {
-    let element = label_element(max_id);
+    let element = match (spec.format, label_element(max_id)) {
+        // compressed_segmentation holds uint32 or uint64 only.
+        (VolumeFormat::Precomputed, Element::U64) => Element::U64,
+        (VolumeFormat::Precomputed, _) => Element::U32,
+        (_, e) => e,
+    };
     let writer = |target| LabelRegionWriter {
         spec,
         shape,
@@ -166,6 +174,17 @@ pub fn write_labels_by_region(
         VolumeFormat::Zarr => zarr_store::create_and_fill(spec, shape, element, |array| {
             fill(&mut writer(Target::Zarr(Box::new(array))))
         }),
+        VolumeFormat::Precomputed => {
+            let data_type = if element == Element::U64 {
+                DataType::Uint64
+            } else {
+                DataType::Uint32
+            };
+            let info = PrecomputedInfo::for_volume(LayerType::Segmentation, data_type, shape);
+            precomputed::create_and_fill(spec, info, |volume| {
+                fill(&mut writer(Target::Precomputed(Box::new(volume))))
+            })
+        }
         VolumeFormat::Hdf5 => crate::atomic::replace_file(&spec.path, |tmp| {
             let (file, group, leaf) = prepare_write(spec, tmp)?;
             let chunk = shape.map(|n| n.clamp(1, CHUNK_EDGE));
@@ -237,10 +256,15 @@ mod tests {
             for spec in [
                 VolumeSpec::new(dir.path().join("a.h5"), format!("seg/{dtype}")),
                 VolumeSpec::new(dir.path().join("a.zarr"), format!("seg/{dtype}")),
+                VolumeSpec::precomputed(dir.path().join(format!("seg_{dtype}")), ""),
             ] {
                 write_in_boxes(&spec, &v, max, [13, 17, 40]);
                 assert_eq!(read_labels(&spec).unwrap(), v, "{spec}");
-                assert_eq!(dataset_dtype(&spec).unwrap(), dtype, "{spec}");
+                let want = match (spec.format, dtype) {
+                    (VolumeFormat::Precomputed, "uint8" | "uint16") => "uint32",
+                    _ => dtype,
+                };
+                assert_eq!(dataset_dtype(&spec).unwrap(), want, "{spec}");
             }
         }
     }

@@ -1,6 +1,8 @@
-//! 3D volumes in HDF5 files, named `file.h5:dataset` as in google/ffn, and in Zarr stores, named
-//! `store.zarr/array` ([`crate::zarr_store`]). Every function here takes either kind of
-//! [`VolumeSpec`], so every command reads and writes both.
+//! 3D volumes in HDF5 files, named `file.h5:dataset` as in google/ffn, in Zarr stores, named
+//! `store.zarr/array` ([`crate::zarr_store`]), and Neuroglancer precomputed volumes, named
+//! `precomputed://DIR[#SCALE]` or by a folder holding an `info` file ([`crate::precomputed`]).
+//! Every function here takes any kind of [`VolumeSpec`], so every command reads and writes all
+//! three.
 //!
 //! Axes are **z, y, x** on disk and in memory (`Array3` index `[z, y, x]`), the layout google/ffn and
 //! the FlyEM data use. Images are `u8` or `f32`; labels may be stored as any signed or unsigned
@@ -30,6 +32,10 @@ pub enum VolumeFormat {
     /// An array of a Zarr (v3 or v2) folder store: `store.zarr/array`, or `store.zarr` for the
     /// array at the store's root.
     Zarr,
+    /// A scale of a Neuroglancer precomputed volume: `precomputed://DIR` (its first scale),
+    /// `precomputed://DIR#KEY`, or an existing folder with an `info` file
+    /// ([`crate::precomputed`]).
+    Precomputed,
 }
 
 /// A volume: a dataset inside an HDF5 file, written `file.h5:dataset` (the dataset may contain `/`
@@ -39,9 +45,10 @@ pub enum VolumeFormat {
 pub struct VolumeSpec {
     /// The HDF5 file, or the Zarr store's folder.
     pub path: PathBuf,
-    /// The dataset inside it, e.g. `raw` or `volumes/labels` (empty: a Zarr store's root array).
+    /// The dataset inside it, e.g. `raw` or `volumes/labels` (empty: a Zarr store's root array);
+    /// for a precomputed volume, the scale key (empty: the first scale).
     pub dataset: String,
-    /// HDF5 or Zarr.
+    /// HDF5, Zarr or precomputed.
     pub format: VolumeFormat,
 }
 
@@ -74,6 +81,15 @@ impl VolumeSpec {
         Ok(())
     }
 
+    /// The scale `key` (empty: the first) of the precomputed volume in the folder `dir`.
+    pub fn precomputed(dir: impl Into<PathBuf>, key: impl Into<String>) -> Self {
+        Self {
+            path: dir.into(),
+            dataset: key.into().trim_matches('/').to_string(),
+            format: VolumeFormat::Precomputed,
+        }
+    }
+
     /// A spec from its two parts: a Zarr array when `path` ends in `.zarr`, else an HDF5 dataset.
     pub fn new(path: impl Into<PathBuf>, dataset: impl Into<String>) -> Self {
         let path = path.into();
@@ -102,6 +118,18 @@ impl fmt::Display for VolumeSpec {
             VolumeFormat::Hdf5 => write!(f, "{}:{}", self.path.display(), self.dataset),
             VolumeFormat::Zarr if self.dataset.is_empty() => write!(f, "{}", self.path.display()),
             VolumeFormat::Zarr => write!(f, "{}/{}", self.path.display(), self.dataset),
+            VolumeFormat::Precomputed => {
+                write!(
+                    f,
+                    "{}{}",
+                    crate::precomputed::SPEC_PREFIX,
+                    self.path.display()
+                )?;
+                if !self.dataset.is_empty() {
+                    write!(f, "#{}", self.dataset)?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -109,13 +137,25 @@ impl fmt::Display for VolumeSpec {
 impl FromStr for VolumeSpec {
     type Err = IoError;
 
-    /// Parses `store.zarr/array` (the first path component ending in `.zarr` is the store) or
+    /// Parses `precomputed://DIR[#KEY]`, `store.zarr/array` (the first path component ending in
+    /// `.zarr` is the store), an existing folder holding a precomputed `info` file, or
     /// `file.h5:dataset` (the split is at the last `:`).
     fn from_str(s: &str) -> Result<Self, IoError> {
         let bad = |reason: &str| IoError::InvalidSpec {
             spec: s.to_string(),
             reason: reason.into(),
         };
+        if let Some(rest) = s.strip_prefix(crate::precomputed::SPEC_PREFIX) {
+            let (dir, key) = rest.split_once('#').unwrap_or((rest, ""));
+            let dir = dir.strip_prefix("file://").unwrap_or(dir);
+            if dir.is_empty() {
+                return Err(bad("empty folder after precomputed://"));
+            }
+            return Ok(Self::precomputed(dir, key));
+        }
+        if Path::new(s).join("info").is_file() {
+            return Ok(Self::precomputed(s, ""));
+        }
         let mut store_end = 0;
         for part in s.split('/') {
             store_end += part.len();
@@ -206,12 +246,26 @@ pub(crate) trait Sample:
 {
     /// Its element type.
     const ELEMENT: Element;
+
+    /// The value of its little-endian bytes (`size_of::<Self>()` of them).
+    fn from_le_slice(bytes: &[u8]) -> Self;
+
+    /// Appends its little-endian bytes.
+    fn push_le(self, out: &mut Vec<u8>);
 }
 
 macro_rules! samples {
     ($($t:ty => $e:ident),*) => {
         $(impl Sample for $t {
             const ELEMENT: Element = Element::$e;
+
+            fn from_le_slice(bytes: &[u8]) -> Self {
+                <$t>::from_le_bytes(bytes.try_into().unwrap_or_default())
+            }
+
+            fn push_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
         })*
     };
 }
@@ -222,6 +276,7 @@ samples!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32
 enum Opened {
     Hdf5(Dataset),
     Zarr(Box<crate::zarr_store::ZarrArray>),
+    Precomputed(Box<crate::precomputed::PrecomputedVolume>),
 }
 
 impl Opened {
@@ -230,6 +285,9 @@ impl Opened {
         Ok(match spec.format {
             VolumeFormat::Hdf5 => Opened::Hdf5(open_dataset(spec)?),
             VolumeFormat::Zarr => Opened::Zarr(Box::new(crate::zarr_store::open(spec)?)),
+            VolumeFormat::Precomputed => Opened::Precomputed(Box::new(
+                crate::precomputed::PrecomputedVolume::open_spec(spec)?,
+            )),
         })
     }
 
@@ -238,6 +296,7 @@ impl Opened {
         match self {
             Opened::Hdf5(ds) => check_rank3(spec, &ds.shape()),
             Opened::Zarr(a) => check_rank3(spec, &a.shape()),
+            Opened::Precomputed(v) => Ok(v.info().shape_zyx),
         }
     }
 
@@ -246,6 +305,7 @@ impl Opened {
         Ok(match self {
             Opened::Hdf5(ds) => Element::of_hdf5(&element_type(spec, ds)?),
             Opened::Zarr(a) => a.element(),
+            Opened::Precomputed(v) => Ok(v.element()),
         })
     }
 
@@ -282,6 +342,7 @@ impl Opened {
                 ])
                 .map_err(|e| hdf5_err(spec, e)),
             Opened::Zarr(a) => a.read::<T>(spec, o, n),
+            Opened::Precomputed(v) => v.read::<T>(o, n),
         }
     }
 }
@@ -438,6 +499,7 @@ fn read_image_f32_impl(spec: &VolumeSpec, region: Region) -> Result<Array3<f32>,
     v.shape(spec)?;
     match v.element(spec)? {
         Ok(Element::U8) => Ok(v.read::<u8>(spec, region)?.mapv(f32::from)),
+        Ok(Element::U16) => Ok(v.read::<u16>(spec, region)?.mapv(f32::from)),
         Ok(Element::F32) => {
             let a = v.read::<f32>(spec, region)?;
             check_finite(spec, &a)?;
@@ -450,7 +512,7 @@ fn read_image_f32_impl(spec: &VolumeSpec, region: Region) -> Result<Array3<f32>,
         }
         other => Err(wrong_type(
             spec,
-            "an image of uint8, float32 or float64",
+            "an image of uint8, uint16, float32 or float64",
             other,
         )),
     }
@@ -602,6 +664,9 @@ fn write_typed<T: Sample>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoErro
             crate::atomic::replace_file(&spec.path, |tmp| write_typed_into(spec, tmp, v))
         }
         VolumeFormat::Zarr => crate::zarr_store::write(spec, v),
+        VolumeFormat::Precomputed => {
+            crate::precomputed::write(spec, v, crate::precomputed::LayerType::Image)
+        }
     }
 }
 
@@ -642,9 +707,18 @@ pub fn write_image_f32(spec: &VolumeSpec, v: &Array3<f32>) -> Result<(), IoError
     write_typed(spec, v)
 }
 
-/// Writes a 3D label volume (z,y,x) as the smallest unsigned type that holds its largest id.
+/// Writes a 3D label volume (z,y,x) as the smallest unsigned type that holds its largest id (for
+/// precomputed: a segmentation layer, uint32 or uint64, compressed_segmentation).
 pub fn write_labels(spec: &VolumeSpec, v: &Array3<u64>) -> Result<(), IoError> {
-    match label_element(v.iter().copied().max().unwrap_or(0)) {
+    let max = v.iter().copied().max().unwrap_or(0);
+    if spec.format == VolumeFormat::Precomputed {
+        use crate::precomputed::{LayerType, write};
+        return match label_element(max) {
+            Element::U64 => write(spec, v, LayerType::Segmentation),
+            _ => write(spec, &v.mapv(|x| x as u32), LayerType::Segmentation),
+        };
+    }
+    match label_element(max) {
         Element::U8 => write_typed(spec, &v.mapv(|x| x as u8)),
         Element::U16 => write_typed(spec, &v.mapv(|x| x as u16)),
         Element::U32 => write_typed(spec, &v.mapv(|x| x as u32)),

@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(info) = ffn_io::precomputed::parse_info(text, Path::new("fuzz/info")) {
+    if let Ok(info) = ffn_io::precomputed::parse_info(text, Path::new("fuzz/info"), None) {
         let _ = info.key();
         let _ = info.to_json();
     }

@@ -1,6 +1,7 @@
 //! Helpers of the CLI tests: start `ffn` processes and never wait forever ([`run`], [`finish`]);
 //! [`comm`]: the communicator suites; [`dist`]: data and runs of the data-parallel training tests;
-//! [`tiled`]: volumes and runs of the tiled-inference tests.
+//! [`tiled`]: volumes and runs of the tiled-inference tests; [`interop`]: the reference Python
+//! clients.
 
 #![allow(dead_code)]
 
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 pub mod comm;
 pub mod dist;
 pub mod hosts;
+pub mod interop;
 pub mod tiled;
 
 /// The `ffn` binary under test.

@@ -74,7 +74,8 @@ impl InferReport {
 }
 
 /// Where the info file of the segmentation `out` goes by default: next to its file,
-/// `<file stem>.<dataset>.json`.
+/// `<file stem>.<dataset>.json` (`<folder>.json` for a precomputed volume's first scale or a
+/// Zarr root array).
 pub fn default_info_path(out: &VolumeSpec) -> PathBuf {
     let stem = out
         .path
@@ -82,6 +83,9 @@ pub fn default_info_path(out: &VolumeSpec) -> PathBuf {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let ds = out.dataset.trim_matches('/').replace('/', "_");
+    if ds.is_empty() {
+        return out.path.with_file_name(format!("{stem}.json"));
+    }
     out.path.with_file_name(format!("{stem}.{ds}.json"))
 }
 
