@@ -99,20 +99,35 @@ pub struct Contingency {
 impl Contingency {
     /// Counts the label pairs of `truth` and `test` (same length, same voxel order).
     pub fn new(truth: &[u64], test: &[u64], opts: &MetricOptions) -> Result<Self, MetricsError> {
+        let mut c = Self::default();
+        c.add(truth, test, opts)?;
+        if c.total == 0 {
+            return Err(MetricsError::NoVoxels);
+        }
+        Ok(c)
+    }
+
+    /// Adds the label pairs of `truth` and `test` (same length, same voxel order) to the table,
+    /// so a volume can be counted block by block; the table of all blocks is that of the whole.
+    pub fn add(
+        &mut self,
+        truth: &[u64],
+        test: &[u64],
+        opts: &MetricOptions,
+    ) -> Result<(), MetricsError> {
         if truth.len() != test.len() {
             return Err(MetricsError::LengthMismatch {
                 truth: truth.len(),
                 test: test.len(),
             });
         }
-        let mut pairs = BTreeMap::new();
-        let mut total = 0u64;
+        let pairs = &mut self.pairs;
         let mut run: Option<((u64, u64), u64)> = None;
         for (&t, &s) in truth.iter().zip(test) {
             if opts.ignore_truth_zero && t == 0 {
                 continue;
             }
-            total += 1;
+            self.total += 1;
             let s = if opts.test_zero_singletons && s == 0 {
                 SINGLETON
             } else {
@@ -131,10 +146,7 @@ impl Contingency {
         if let Some((key, n)) = run {
             *pairs.entry(key).or_insert(0) += n;
         }
-        if total == 0 {
-            return Err(MetricsError::NoVoxels);
-        }
-        Ok(Self { pairs, total })
+        Ok(())
     }
 
     /// Number of voxels counted.

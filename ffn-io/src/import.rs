@@ -36,19 +36,59 @@ pub struct StackImported {
     pub slices: Vec<PathBuf>,
 }
 
+/// Slices buffered per write of [`import_stack`].
+const SLAB_SLICES: usize = 16;
+
 /// Imports the PNG or TIFF slices of `source` (a folder, a pattern such as `maps/iso.*.png`, or one
-/// multi-page TIFF; see [`crate::stack`]) into
-/// `output` as `uint8`, only the box `region` when given.
+/// multi-page TIFF; see [`crate::stack`]) into `output` as `uint8`, only the box `region` when
+/// given. The slices are streamed: at most [`SLAB_SLICES`] of them are in memory, whatever the
+/// stack's size.
 pub fn import_stack(
     source: &str,
     output: &VolumeSpec,
     region: Option<Region>,
 ) -> Result<StackImported> {
     let slices = crate::stack::find_slices(source)?;
-    let (volume, imported) = crop(crate::stack::read_stack(&slices)?, region, &source)?;
-    crate::write_image_u8(output, &volume)?;
+    let full = crate::stack::stack_shape(&slices)?;
+    let (o, s) = region.unwrap_or(([0; 3], full));
+    crate::xyz::check_box(o, s, full, &source)?;
+    crate::region_writer::write_image_u8_by_region(output, s, |volume| {
+        let mut slab: Vec<u8> = Vec::with_capacity(SLAB_SLICES * s[1] * s[2]);
+        let mut slab_z = 0;
+        let mut flush = |slab: &mut Vec<u8>, slab_z: &mut usize| {
+            let planes = slab.len() / (s[1] * s[2]).max(1);
+            let block = Array3::from_shape_vec((planes, s[1], s[2]), std::mem::take(slab))
+                .map_err(|e| crate::IoError::Stack {
+                    source_desc: source.into(),
+                    reason: e.to_string(),
+                })?;
+            volume.write([*slab_z, 0, 0], &block)?;
+            *slab_z += planes;
+            Ok::<(), crate::IoError>(())
+        };
+        crate::stack::for_each_stack_slice(&slices, &mut |z, w, _, pixels| {
+            if z < o[0] || z >= o[0] + s[0] {
+                return Ok(());
+            }
+            for row in pixels.chunks_exact(w as usize).skip(o[1]).take(s[1]) {
+                slab.extend_from_slice(&row[o[2]..o[2] + s[2]]);
+            }
+            if slab.len() >= SLAB_SLICES * s[1] * s[2] {
+                flush(&mut slab, &mut slab_z)?;
+            }
+            Ok(())
+        })?;
+        if !slab.is_empty() {
+            flush(&mut slab, &mut slab_z)?;
+        }
+        Ok(())
+    })?;
     Ok(StackImported {
-        volume: imported,
+        volume: Imported {
+            shape: s,
+            full,
+            region: (o, s),
+        },
         slices,
     })
 }

@@ -1,8 +1,9 @@
-//! Label volumes written region by region, for outputs larger than memory: the volume is created
-//! empty (HDF5, Zarr or precomputed, chunked and compressed, the smallest unsigned type that holds the largest
-//! id), the caller writes boxes of ids into it one at a time, and the volume is put in place only
-//! when every box was written (a temporary file or folder renamed over the destination, as every
-//! write of ffn-io: a failure leaves the old volume, if any, untouched).
+//! Label volumes and uint8 images written region by region, for outputs larger than memory: the
+//! volume is created empty (HDF5, Zarr or precomputed, chunked and compressed; labels as the
+//! smallest unsigned type that holds the largest id), the caller writes boxes into it one at a
+//! time, and the volume is put in place only when every box was written (a temporary file or
+//! folder renamed over the destination, as every write of ffn-io: a failure leaves the old volume,
+//! if any, untouched).
 //!
 //! Memory is that of the boxes being written plus the format's chunk cache, whatever the volume's
 //! size. Boxes need not be aligned to the chunks: chunks written in part are read back, updated
@@ -40,6 +41,105 @@ enum Target {
     Precomputed(Box<PrecomputedVolume>),
 }
 
+impl Target {
+    /// Writes `block` (of the volume's element type) at `offset`, inside the volume.
+    fn write<T: Sample>(
+        &self,
+        spec: &VolumeSpec,
+        offset: [usize; 3],
+        block: &Array3<T>,
+    ) -> Result<(), IoError> {
+        if block.is_empty() {
+            return Ok(());
+        }
+        match self {
+            Target::Hdf5(ds) => {
+                let (o, n) = (offset, block.shape());
+                ds.write_slice(
+                    block,
+                    s![o[0]..o[0] + n[0], o[1]..o[1] + n[1], o[2]..o[2] + n[2]],
+                )
+                .map_err(|e| hdf5_err(spec, e))
+            }
+            Target::Zarr(array) => array.write_region(spec, offset, block),
+            Target::Precomputed(volume) => volume.write_region(offset, block),
+        }
+    }
+}
+
+/// Fails unless the box `offset .. offset + shape` lies inside a volume of `volume`.
+fn check_inside(
+    spec: &VolumeSpec,
+    volume: [usize; 3],
+    offset: [usize; 3],
+    shape: [usize; 3],
+) -> Result<(), IoError> {
+    let fits = (0..3).all(|a| {
+        offset[a]
+            .checked_add(shape[a])
+            .is_some_and(|end| end <= volume[a])
+    });
+    if fits {
+        Ok(())
+    } else {
+        Err(IoError::RegionOutOfBounds {
+            spec: spec.to_string(),
+            offset,
+            shape,
+            dataset_shape: volume.to_vec(),
+        })
+    }
+}
+
+/// Creates the volume `spec` of `shape` and `element` (a precomputed volume as a `layer`) under a
+/// temporary name, lets `fill` write into it, and puts it in place when `fill` succeeded.
+fn with_new_volume(
+    spec: &VolumeSpec,
+    shape: [usize; 3],
+    element: Element,
+    layer: LayerType,
+    fill: impl FnOnce(Target) -> Result<(), IoError>,
+) -> Result<(), IoError> {
+    match spec.format {
+        VolumeFormat::Zarr => zarr_store::create_and_fill(spec, shape, element, |array| {
+            fill(Target::Zarr(Box::new(array)))
+        }),
+        VolumeFormat::Precomputed => {
+            let data_type =
+                DataType::of_element(element).ok_or_else(|| IoError::InvalidOption {
+                    field: format!("element type of {spec}"),
+                    expected: "a precomputed data type".into(),
+                    found: element.name().into(),
+                })?;
+            let info = PrecomputedInfo::for_volume(layer, data_type, shape);
+            precomputed::create_and_fill(spec, info, |volume| {
+                fill(Target::Precomputed(Box::new(volume)))
+            })
+        }
+        VolumeFormat::Hdf5 => crate::atomic::replace_file(&spec.path, |tmp| {
+            let (file, group, leaf) = prepare_write(spec, tmp)?;
+            let chunk = shape.map(|n| n.clamp(1, CHUNK_EDGE));
+            let builder = group.new_dataset_builder();
+            let ds = match element {
+                Element::U8 => builder.empty::<u8>(),
+                Element::U16 => builder.empty::<u16>(),
+                Element::U32 => builder.empty::<u32>(),
+                _ => builder.empty::<u64>(),
+            }
+            .shape(shape)
+            .chunk(chunk)
+            .deflate(DEFLATE_LEVEL)
+            .create(leaf.as_str())
+            .map_err(|e| hdf5_err(spec, e))?;
+            fill(Target::Hdf5(ds))?;
+            drop(group);
+            // Closing writes the cached metadata: its failure (disk full) must not pass unnoticed.
+            file.flush().map_err(|e| hdf5_err(spec, e))?;
+            file.close().map_err(|e| hdf5_err(spec, e))
+        }),
+    }
+}
+
 /// A label volume being written; see [`write_labels_by_region`].
 pub struct LabelRegionWriter<'a> {
     spec: &'a VolumeSpec,
@@ -69,19 +169,7 @@ impl LabelRegionWriter<'_> {
         shape: [usize; 3],
         ids: &[u64],
     ) -> Result<(), IoError> {
-        let fits = (0..3).all(|a| {
-            offset[a]
-                .checked_add(shape[a])
-                .is_some_and(|end| end <= self.shape[a])
-        });
-        if !fits {
-            return Err(IoError::RegionOutOfBounds {
-                spec: self.spec.to_string(),
-                offset,
-                shape,
-                dataset_shape: self.shape.to_vec(),
-            });
-        }
+        check_inside(self.spec, self.shape, offset, shape)?;
         let voxels = shape.iter().product::<usize>();
         if ids.len() != voxels {
             return Err(IoError::InvalidOption {
@@ -128,29 +216,15 @@ impl LabelRegionWriter<'_> {
                     found: e.to_string(),
                 }
             })?;
-        if block.is_empty() {
-            return Ok(());
-        }
-        match &self.target {
-            Target::Hdf5(ds) => {
-                let (o, n) = (offset, shape);
-                ds.write_slice(
-                    &block,
-                    s![o[0]..o[0] + n[0], o[1]..o[1] + n[1], o[2]..o[2] + n[2]],
-                )
-                .map_err(|e| hdf5_err(self.spec, e))
-            }
-            Target::Zarr(array) => array.write_region(self.spec, offset, &block),
-            Target::Precomputed(volume) => volume.write_region(offset, &block),
-        }
+        self.target.write(self.spec, offset, &block)
     }
 }
 
 /// Creates the label volume `spec` of `shape` (`[z, y, x]`) for ids up to `max_id` (stored as the
-/// smallest unsigned type that holds them; voxels never written are 0), lets `fill` write its
-/// boxes ([`LabelRegionWriter::write`]), and puts the volume in place only when `fill` returns
-/// `Ok`. An existing dataset of that name is replaced; the file's or store's other datasets are
-/// kept.
+/// smallest unsigned type that holds them, uint32 at least for precomputed's
+/// `compressed_segmentation`; voxels never written are 0), lets `fill` write its boxes
+/// ([`LabelRegionWriter::write`]), and puts the volume in place only when `fill` returns `Ok`. An
+/// existing dataset of that name is replaced; the file's or store's other datasets are kept.
 pub fn write_labels_by_region(
     spec: &VolumeSpec,
     shape: [usize; 3],
@@ -158,55 +232,56 @@ pub fn write_labels_by_region(
     fill: impl FnOnce(&mut LabelRegionWriter<'_>) -> Result<(), IoError>,
 ) -> Result<(), IoError> {
     let element = match (spec.format, label_element(max_id)) {
-        // compressed_segmentation holds uint32 or uint64 only.
-        (VolumeFormat::Precomputed, Element::U64) => Element::U64,
-        (VolumeFormat::Precomputed, _) => Element::U32,
+        (VolumeFormat::Precomputed, Element::U8 | Element::U16) => Element::U32,
         (_, e) => e,
     };
-    let writer = |target| LabelRegionWriter {
-        spec,
-        shape,
-        max_id,
-        element,
-        target,
-    };
-    match spec.format {
-        VolumeFormat::Zarr => zarr_store::create_and_fill(spec, shape, element, |array| {
-            fill(&mut writer(Target::Zarr(Box::new(array))))
-        }),
-        VolumeFormat::Precomputed => {
-            let data_type = if element == Element::U64 {
-                DataType::Uint64
-            } else {
-                DataType::Uint32
-            };
-            let info = PrecomputedInfo::for_volume(LayerType::Segmentation, data_type, shape);
-            precomputed::create_and_fill(spec, info, |volume| {
-                fill(&mut writer(Target::Precomputed(Box::new(volume))))
-            })
-        }
-        VolumeFormat::Hdf5 => crate::atomic::replace_file(&spec.path, |tmp| {
-            let (file, group, leaf) = prepare_write(spec, tmp)?;
-            let chunk = shape.map(|n| n.clamp(1, CHUNK_EDGE));
-            let builder = group.new_dataset_builder();
-            let ds = match element {
-                Element::U8 => builder.empty::<u8>(),
-                Element::U16 => builder.empty::<u16>(),
-                Element::U32 => builder.empty::<u32>(),
-                _ => builder.empty::<u64>(),
-            }
-            .shape(shape)
-            .chunk(chunk)
-            .deflate(DEFLATE_LEVEL)
-            .create(leaf.as_str())
-            .map_err(|e| hdf5_err(spec, e))?;
-            fill(&mut writer(Target::Hdf5(ds)))?;
-            drop(group);
-            // Closing writes the cached metadata: its failure (disk full) must not pass unnoticed.
-            file.flush().map_err(|e| hdf5_err(spec, e))?;
-            file.close().map_err(|e| hdf5_err(spec, e))
-        }),
+    with_new_volume(spec, shape, element, LayerType::Segmentation, |target| {
+        fill(&mut LabelRegionWriter {
+            spec,
+            shape,
+            max_id,
+            element,
+            target,
+        })
+    })
+}
+
+/// A uint8 image being written; see [`write_image_u8_by_region`].
+pub struct ImageRegionWriter<'a> {
+    spec: &'a VolumeSpec,
+    shape: [usize; 3],
+    target: Target,
+}
+
+impl ImageRegionWriter<'_> {
+    /// The volume's shape `[z, y, x]`.
+    pub fn shape(&self) -> [usize; 3] {
+        self.shape
     }
+
+    /// Writes `block` at `offset` (`[z, y, x]`); a box outside the volume is an error naming it.
+    pub fn write(&mut self, offset: [usize; 3], block: &Array3<u8>) -> Result<(), IoError> {
+        let (z, y, x) = block.dim();
+        check_inside(self.spec, self.shape, offset, [z, y, x])?;
+        self.target.write(self.spec, offset, block)
+    }
+}
+
+/// Creates the uint8 image `spec` of `shape` (`[z, y, x]`; voxels never written are 0), lets
+/// `fill` write its boxes ([`ImageRegionWriter::write`]), and puts it in place only when `fill`
+/// returns `Ok`, as [`write_labels_by_region`].
+pub fn write_image_u8_by_region(
+    spec: &VolumeSpec,
+    shape: [usize; 3],
+    fill: impl FnOnce(&mut ImageRegionWriter<'_>) -> Result<(), IoError>,
+) -> Result<(), IoError> {
+    with_new_volume(spec, shape, Element::U8, LayerType::Image, |target| {
+        fill(&mut ImageRegionWriter {
+            spec,
+            shape,
+            target,
+        })
+    })
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 //! them, a block of slices per file) is read file by file, page by page.
 
 use crate::error::IoError;
-use crate::volume::{VolumeSpec, write_image_u8};
 use ndarray::Array3;
 use std::fs;
 use std::io::BufReader;
@@ -177,16 +176,22 @@ pub fn read_png_slice(path: &Path) -> Result<(u32, u32, Vec<u8>), IoError> {
     Ok((info.width, info.height, pixels))
 }
 
-/// Reads the slice files (in the given order; every page of a TIFF is one slice) into a volume
-/// `[z, y, x]`; every slice must have the size of the first one.
-pub fn read_stack(paths: &[PathBuf]) -> Result<Array3<u8>, IoError> {
+/// What [`for_each_stack_slice`] calls per slice: `(z, width, height, row-major pixels)`.
+pub type SliceVisitor<'a> = dyn FnMut(usize, u32, u32, &[u8]) -> Result<(), IoError> + 'a;
+
+/// Calls `slice(z, width, height, pixels)` for every slice of the files `paths` in order (every
+/// page of a TIFF is one slice), checking that each has the size of the first; returns the stack's
+/// shape `[z, y, x]`. Only one slice is in memory at a time.
+pub fn for_each_stack_slice(
+    paths: &[PathBuf],
+    slice: &mut SliceVisitor<'_>,
+) -> Result<[usize; 3], IoError> {
     let first = paths.first().ok_or_else(|| IoError::Stack {
         source_desc: "image stack".into(),
         reason: "no slices given".into(),
     })?;
     let mut size: Option<(u32, u32)> = None;
     let mut slices = 0usize;
-    let mut data = Vec::new();
     for path in paths {
         for_each_slice(path, &mut |w, h, pixels| {
             let (ew, eh) = *size.get_or_insert((w, h));
@@ -200,32 +205,44 @@ pub fn read_stack(paths: &[PathBuf]) -> Result<Array3<u8>, IoError> {
                     found_h: h,
                 });
             }
-            let bytes = crate::memory::bytes_of(&[slices + 1, h as usize, w as usize], 1);
-            crate::memory::check_allocation(&format!("the stack of {} slices", slices + 1), bytes)
-                .map_err(|reason| IoError::Stack {
-                    source_desc: path.display().to_string(),
-                    reason,
-                })?;
-            data.extend_from_slice(&pixels);
+            slice(slices, w, h, &pixels)?;
             slices += 1;
             Ok(())
         })?;
     }
     let (w, h) = size.unwrap_or((0, 0));
-    Array3::from_shape_vec((slices, h as usize, w as usize), data).map_err(|e| IoError::Stack {
-        source_desc: first.display().to_string(),
-        reason: e.to_string(),
-    })
+    Ok([slices, h as usize, w as usize])
 }
 
-/// Finds, reads and writes a slice stack to `out` (`uint8`, chunked, compressed). Returns the shape
-/// `[z, y, x]` written.
-pub fn import_stack(source: &str, out: &VolumeSpec) -> Result<[usize; 3], IoError> {
-    let paths = find_slices(source)?;
-    let volume = read_stack(&paths)?;
-    write_image_u8(out, &volume)?;
-    let s = volume.shape();
-    Ok([s[0], s[1], s[2]])
+/// The shape `[z, y, x]` of the stack of `paths`: the number of files and the first one's size
+/// for PNG slices; TIFF files are read through to count their pages.
+pub fn stack_shape(paths: &[PathBuf]) -> Result<[usize; 3], IoError> {
+    if let Some(first) = paths.first().filter(|_| !paths.iter().any(|p| is_tiff(p))) {
+        let (w, h, _) = read_png_slice(first)?;
+        return Ok([paths.len(), h as usize, w as usize]);
+    }
+    for_each_stack_slice(paths, &mut |_, _, _, _| Ok(()))
+}
+
+/// Reads the slice files (in the given order; every page of a TIFF is one slice) into a volume
+/// `[z, y, x]`; every slice must have the size of the first one.
+pub fn read_stack(paths: &[PathBuf]) -> Result<Array3<u8>, IoError> {
+    let mut data = Vec::new();
+    let shape = for_each_stack_slice(paths, &mut |z, w, h, pixels| {
+        let bytes = crate::memory::bytes_of(&[z + 1, h as usize, w as usize], 1);
+        crate::memory::check_allocation(&format!("the stack of {} slices", z + 1), bytes).map_err(
+            |reason| IoError::Stack {
+                source_desc: paths[0].display().to_string(),
+                reason,
+            },
+        )?;
+        data.extend_from_slice(pixels);
+        Ok(())
+    })?;
+    Array3::from_shape_vec((shape[0], shape[1], shape[2]), data).map_err(|e| IoError::Stack {
+        source_desc: paths[0].display().to_string(),
+        reason: e.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -281,9 +298,20 @@ mod tests {
             );
         }
         fs::write(dir.path().join("notes.txt"), "not a slice").unwrap();
-        let out = VolumeSpec::new(dir.path().join("raw.h5"), "raw");
-        let shape = import_stack(dir.path().to_str().unwrap(), &out).unwrap();
-        assert_eq!(shape, [3, 3, 5]);
+        let out = crate::VolumeSpec::new(dir.path().join("raw.h5"), "raw");
+        let done = crate::import::import_stack(dir.path().to_str().unwrap(), &out, None).unwrap();
+        assert_eq!(done.volume.shape, [3, 3, 5]);
+        assert_eq!(stack_shape(&done.slices).unwrap(), [3, 3, 5]);
+        // A box of it, written slab by slab.
+        let boxed = crate::VolumeSpec::new(dir.path().join("raw.h5"), "box");
+        crate::import::import_stack(
+            dir.path().to_str().unwrap(),
+            &boxed,
+            Some(([1, 1, 2], [2, 2, 3])),
+        )
+        .unwrap();
+        let b = crate::volume::read_image_u8(&boxed).unwrap();
+        assert_eq!((b[[0, 0, 0]], b[[1, 1, 2]]), (112, 224));
         let v = crate::volume::read_image_u8(&out).unwrap();
         assert_eq!(v[[0, 0, 0]], 0);
         assert_eq!(v[[1, 2, 4]], 124);
