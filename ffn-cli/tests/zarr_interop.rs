@@ -1,6 +1,7 @@
 //! Zarr interoperability with the reference client, the `zarr` Python package: arrays it writes
-//! (Zarr v3 with zstd, v3 sharded, v2 with blosc) are read by ffn-rs with equal values, and arrays
-//! ffn-rs writes are read by it with equal values. The CLI reads and writes Zarr like HDF5.
+//! (Zarr v3 with zstd, v3 sharded, v2 with blosc, an OME-NGFF 0.4 multiscale group) are read by
+//! ffn-rs with equal values, and arrays ffn-rs writes (with OME 0.5 multiscales metadata in a
+//! `.ome.zarr` store) are read by it with equal values. The CLI reads and writes Zarr like HDF5.
 //!
 //! The Python interpreter comes from `FFN_PYTHON` (a venv with `zarr` and `numpy`, made by
 //! `scripts/python-interop-env.sh`); without it the tests say they were skipped, unless
@@ -56,6 +57,13 @@ for fmt, store in [(3, root + "/v3.zarr"), (2, root + "/v2.zarr")]:
 s = zarr.open_group(root + "/sharded.zarr", mode="w", zarr_format=3)
 c = s.create_array("seg", shape=shape, chunks=(4, 10, 11), shards=(8, 20, 22), dtype="uint64")
 c[:] = labels
+# OME-NGFF 0.4 in Zarr v2: a multiscale group with levels "0" and "1".
+o = zarr.open_group(root + "/img.ome.zarr", mode="w", zarr_format=2)
+o.attrs["multiscales"] = [{"version": "0.4", "axes": [{"name": a, "type": "space"} for a in "zyx"],
+    "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1, 1]}]},
+                 {"path": "1", "coordinateTransformations": [{"type": "scale", "scale": [1, 2, 2]}]}]}]
+o.create_array("0", shape=shape, chunks=(4, 16, 16), dtype="uint8")[:] = image
+o.create_array("1", shape=(7, 25, 17), chunks=(4, 16, 16), dtype="uint8")[:] = image[:, ::2, ::2]
 print("written:", open(root + "/v2.zarr/raw/.zarray").read().replace("\n", " "))
 "#;
 
@@ -67,7 +75,11 @@ assert np.array_equal(raw[:], image), "raw differs"
 assert np.array_equal(seg[:].astype(np.uint64), labels), "seg differs"
 assert list(raw.metadata.dimension_names) == ["z", "y", "x"], raw.metadata.dimension_names
 assert np.array_equal(raw[2:5, 40:50, 30:33], image[2:5, 40:50, 30:33])
-print("python read", raw.dtype, seg.dtype, raw.shape)
+ome = zarr.open_group(root + "/ffn.ome.zarr", mode="r")
+levels = [d["path"] for d in ome.attrs["ome"]["multiscales"][0]["datasets"]]
+assert levels == ["0", "1"], levels
+assert np.array_equal(ome["0"][:], image), "OME level 0 differs"
+print("python read", raw.dtype, seg.dtype, raw.shape, "OME levels", levels)
 "#;
 
 fn py(python: &str, script: &str, root: &Path) -> String {
@@ -99,6 +111,11 @@ fn arrays_the_zarr_package_writes_are_read_with_equal_values() {
     }
     let sharded = VolumeSpec::new(dir.path().join("sharded.zarr"), "seg");
     assert_eq!(ffn_io::read_labels(&sharded).unwrap(), labels(), "sharded");
+    // An OME-Zarr group reads as its full-resolution level; a level by path is that array.
+    let ome = VolumeSpec::new(dir.path().join("img.ome.zarr"), "");
+    assert_eq!(ffn_io::read_image_u8(&ome).unwrap(), image(), "OME level 0");
+    let half = VolumeSpec::new(dir.path().join("img.ome.zarr"), "1");
+    assert_eq!(ffn_io::dataset_shape(&half).unwrap(), [7, 25, 17]);
 }
 
 #[test]
@@ -110,6 +127,15 @@ fn arrays_ffn_rs_writes_are_read_by_the_zarr_package_with_equal_values() {
     let store = dir.path().join("ffn.zarr");
     ffn_io::write_image_u8(&VolumeSpec::new(&store, "raw"), &image()).unwrap();
     ffn_io::write_labels(&VolumeSpec::new(&store, "seg/ids"), &labels()).unwrap();
+    // Levels written into an OME-Zarr store are recorded in its multiscales metadata.
+    let ome = dir.path().join("ffn.ome.zarr");
+    let half = image().slice(ndarray::s![.., ..;2, ..;2]).to_owned();
+    ffn_io::write_image_u8(&VolumeSpec::new(&ome, "1"), &half).unwrap();
+    ffn_io::write_image_u8(&VolumeSpec::new(&ome, "0"), &image()).unwrap();
+    assert_eq!(
+        ffn_io::read_image_u8(&VolumeSpec::new(&ome, "")).unwrap(),
+        image()
+    );
     eprintln!("{}", py(&python, READ, dir.path()));
 }
 

@@ -26,6 +26,7 @@ pub mod learning;
 pub mod memory;
 pub mod model;
 pub mod normalisation;
+mod ome_zarr;
 pub mod picture;
 pub mod plot;
 pub mod precomputed;

@@ -15,7 +15,7 @@ use ndarray::{Array3, Ix3};
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{Array, ArrayBuilder, DataType, data_type};
 use zarrs::filesystem::FilesystemStore;
-use zarrs::group::GroupBuilder;
+use zarrs::group::{Group, GroupBuilder};
 use zarrs::metadata::FillValueMetadata;
 
 use crate::error::IoError;
@@ -50,11 +50,59 @@ fn store(spec: &VolumeSpec, root: &Path) -> Result<Arc<FilesystemStore>, IoError
 }
 
 /// Opens the array of `spec` (a missing store is "file not found").
+/// A group with OME multiscales metadata opens as its first, full-resolution level
+/// ([`crate::ome_zarr`]).
 pub(crate) fn open(spec: &VolumeSpec) -> Result<ZarrArray, IoError> {
     std::fs::metadata(&spec.path).map_err(|e| IoError::os(&spec.path, e))?;
-    let array = Array::open(store(spec, &spec.path)?, &node_path(&spec.dataset))
-        .map_err(|e| zarr_err(spec, format!("not a readable Zarr array: {e}")))?;
+    let st = store(spec, &spec.path)?;
+    let node = node_path(&spec.dataset);
+    let e = match Array::open(st.clone(), &node) {
+        Ok(array) => return Ok(ZarrArray { array }),
+        Err(e) => e,
+    };
+    let Ok(group) = Group::open(st.clone(), &node) else {
+        return Err(zarr_err(spec, format!("not a readable Zarr array: {e}")));
+    };
+    let level = crate::ome_zarr::first_level(group.attributes()).ok_or_else(|| {
+        zarr_err(
+            spec,
+            "a Zarr group, not an array (and no OME multiscales metadata names its levels)",
+        )
+    })?;
+    let path = node_path(&format!("{}/{level}", spec.dataset.trim_matches('/')));
+    let array = Array::open(st, &path).map_err(|e| {
+        zarr_err(
+            spec,
+            format!("the OME multiscales level {level:?} is not a readable Zarr array: {e}"),
+        )
+    })?;
     Ok(ZarrArray { array })
+}
+
+/// Records a numbered level written into a `.ome.zarr` store (`out.ome.zarr/0`) in its group's
+/// OME multiscales metadata ([`crate::ome_zarr::record_level`]).
+fn record_ome_level(spec: &VolumeSpec, shape: [usize; 3]) -> Result<(), IoError> {
+    let store_name = spec.path.to_string_lossy();
+    let (group, leaf) = match spec.dataset.trim_matches('/').rsplit_once('/') {
+        Some((g, l)) => (g.to_string(), l.to_string()),
+        None => (String::new(), spec.dataset.trim_matches('/').to_string()),
+    };
+    if !crate::ome_zarr::is_ome_store(&store_name) || !leaf.bytes().all(|b| b.is_ascii_digit()) {
+        return Ok(());
+    }
+    let st = store(spec, &spec.path)?;
+    let level0 = Array::open(st.clone(), &node_path(&format!("{group}/0")))
+        .ok()
+        .filter(|_| leaf != "0")
+        .and_then(|a| match a.shape() {
+            &[z, y, x] => Some([z as usize, y as usize, x as usize]),
+            _ => None,
+        });
+    let node = node_path(&group);
+    let mut g = Group::open(st, &node).map_err(|e| zarr_err(spec, e))?;
+    crate::ome_zarr::record_level(g.attributes_mut(), &leaf, shape, level0);
+    g.store_metadata()
+        .map_err(|e| zarr_err(spec, format!("writing the OME metadata of {node}: {e}")))
 }
 
 /// The Zarr data type of an element type.
@@ -221,7 +269,8 @@ pub(crate) fn create_and_fill(
     ensure_groups(spec)?;
     crate::atomic::replace_dir(&array_dir(spec), |tmp| {
         fill(create(spec, tmp, shape, element)?)
-    })
+    })?;
+    record_ome_level(spec, shape)
 }
 
 /// Writes `v` as the array of `spec` (Zarr v3, element type `T`), replacing an array of that name;
