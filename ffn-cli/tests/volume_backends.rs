@@ -1,6 +1,6 @@
 //! Every command that reads or writes a volume, with each backend: HDF5 (`file.h5:name`), Zarr
 //! (`store.zarr/name`) and Neuroglancer precomputed (`precomputed://folder`). One small pipeline
-//! per backend: import a PNG stack, partitions, coordinates, a short training run, infer,
+//! per backend: synth, import a PNG stack, partitions, coordinates, a short training run, infer,
 //! infer-tiled (oracle), eval, consensus, view and export, all reading and writing that backend.
 
 mod support;
@@ -51,8 +51,29 @@ fn pipeline(backend: &str) {
         }
     };
     std::fs::create_dir_all(d.join("ng")).unwrap();
-    ffn_io::write_image_u8(&at("raw"), &synth.image).unwrap();
-    ffn_io::write_labels(&at("labels"), &synth.labels).unwrap();
+    let out = match backend {
+        "hdf5" => "vols.h5",
+        "zarr" => "vols.zarr",
+        _ => "precomputed://ng",
+    };
+    ffn(
+        d,
+        &[
+            "synth",
+            "--out",
+            out,
+            "--image-dataset",
+            "raw",
+            "--labels-dataset",
+            "labels",
+            "--shape",
+            "40,40,24",
+            "--neurites",
+            "8",
+        ],
+    );
+    assert_eq!(ffn_io::read_image_u8(&at("raw")).unwrap(), synth.image);
+    assert_eq!(ffn_io::read_labels(&at("labels")).unwrap(), synth.labels);
     // The oracle reads label ids from a float image.
     ffn_io::write_image_f32(&at("ids"), &synth.labels.mapv(|l| l as f32)).unwrap();
 

@@ -10,7 +10,9 @@ use ffn_core::synth::{SynthConfig, generate};
 use crate::VolumeSpec;
 
 /// Generates the volume `cfg` describes and writes it to `file` as the datasets `image` (uint8)
-/// and `labels`; returns their specs (other datasets of the file are kept).
+/// and `labels`; returns their specs (other datasets of the file are kept). `file` is an HDF5
+/// file, a Zarr store (`*.zarr`: the datasets are arrays in it) or a folder named
+/// `precomputed://DIR` (the datasets are precomputed volumes `DIR/image` and `DIR/labels`).
 pub fn write_synthetic(
     file: &Path,
     image: &str,
@@ -18,7 +20,14 @@ pub fn write_synthetic(
     cfg: &SynthConfig,
 ) -> Result<(VolumeSpec, VolumeSpec)> {
     let v = generate(cfg)?;
-    let (image, labels) = (VolumeSpec::new(file, image), VolumeSpec::new(file, labels));
+    let text = file.to_string_lossy();
+    let (image, labels) = match text.strip_prefix(crate::precomputed::SPEC_PREFIX) {
+        Some(dir) => (
+            VolumeSpec::precomputed(Path::new(dir).join(image), ""),
+            VolumeSpec::precomputed(Path::new(dir).join(labels), ""),
+        ),
+        None => (VolumeSpec::new(file, image), VolumeSpec::new(file, labels)),
+    };
     crate::write_image_u8(&image, &v.image)?;
     crate::write_labels(&labels, &v.labels)?;
     Ok((image, labels))
@@ -39,6 +48,17 @@ mod tests {
         };
         let (image, labels) = write_synthetic(&file, "im", "lab", &cfg).unwrap();
         let v = generate(&cfg).unwrap();
+        assert_eq!(crate::read_image_u8(&image).unwrap(), v.image);
+        assert_eq!(crate::read_labels(&labels).unwrap(), v.labels);
+        let ng = dir.path().join("ng");
+        let (image, labels) = write_synthetic(
+            Path::new(&format!("precomputed://{}", ng.display())),
+            "im",
+            "lab",
+            &cfg,
+        )
+        .unwrap();
+        assert_eq!(image, VolumeSpec::precomputed(ng.join("im"), ""));
         assert_eq!(crate::read_image_u8(&image).unwrap(), v.image);
         assert_eq!(crate::read_labels(&labels).unwrap(), v.labels);
         let bad = SynthConfig { neurites: 0, ..cfg };

@@ -1,5 +1,6 @@
 //! `ffn synth`: writes a synthetic labelled volume (branching neurites, dark membranes, blur and
-//! noise) to an HDF5 file, for tests and demos that must not depend on downloaded data.
+//! noise) to an HDF5 file, a Zarr store or precomputed volumes, for tests and demos that must not
+//! depend on downloaded data.
 
 use std::path::PathBuf;
 
@@ -11,7 +12,9 @@ use crate::args::parse_xyz;
 /// Arguments of `ffn synth`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Output HDF5 file (created or updated).
+    /// Output: an HDF5 file (created or updated), a Zarr store `OUT.zarr`, or `precomputed://DIR`
+    /// (the image and labels then go to the precomputed volumes `DIR/IMAGE_DATASET` and
+    /// `DIR/LABELS_DATASET`).
     #[arg(long)]
     pub out: PathBuf,
     /// Dataset of the 8-bit image.
