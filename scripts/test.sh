@@ -17,6 +17,7 @@ cargo run --profile test -p ffn-core --example flood_fill
 cargo run --profile test -p ffn-core --example train_synthetic
 cargo run --profile test -p ffn-io --example train_and_segment
 cargo run --profile test -p ffn-io --example infer_tiled
+cargo run --profile test -p ffn-io --example volumes
 if command -v mpirun >/dev/null 2>&1; then
   # With MPI (CI installs it): the shm variant starts its own ranks, the mpi one runs under mpirun.
   cargo run --profile test -p ffn-comm --features mpi --example allreduce -- shm
