@@ -4,6 +4,7 @@
 //! ```text
 //! DIR/store.json           {"format": "ffn-tile-store", "version": 1, "fingerprint": "..."}
 //! DIR/tile_000042.bin      one finished tile (see below)
+//! DIR/tile_000042.overlaps its labels in the boxes shared with its neighbours ([`crate::tile_overlaps`])
 //! DIR/claims/RUN/000042    tile 42 is being computed by some rank of run RUN
 //! ```
 //!
