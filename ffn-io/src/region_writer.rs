@@ -29,8 +29,8 @@ use ndarray::{Array3, s};
 use crate::error::IoError;
 use crate::precomputed::{self, DataType, LayerType, PrecomputedInfo, PrecomputedVolume};
 use crate::volume::{
-    CHUNK_EDGE, DEFLATE_LEVEL, Element, Sample, VolumeFormat, VolumeSpec, hdf5_err, label_element,
-    prepare_write,
+    CHUNK_EDGE, DEFLATE_LEVEL, Element, Sample, VolumeFormat, VolumeSpec, check_inside, hdf5_err,
+    label_element, prepare_write,
 };
 use crate::zarr_store::{self, ZarrArray};
 
@@ -64,30 +64,6 @@ impl Target {
             Target::Zarr(array) => array.write_region(spec, offset, block),
             Target::Precomputed(volume) => volume.write_region(offset, block),
         }
-    }
-}
-
-/// Fails unless the box `offset .. offset + shape` lies inside a volume of `volume`.
-fn check_inside(
-    spec: &VolumeSpec,
-    volume: [usize; 3],
-    offset: [usize; 3],
-    shape: [usize; 3],
-) -> Result<(), IoError> {
-    let fits = (0..3).all(|a| {
-        offset[a]
-            .checked_add(shape[a])
-            .is_some_and(|end| end <= volume[a])
-    });
-    if fits {
-        Ok(())
-    } else {
-        Err(IoError::RegionOutOfBounds {
-            spec: spec.to_string(),
-            offset,
-            shape,
-            dataset_shape: volume.to_vec(),
-        })
     }
 }
 

@@ -314,15 +314,7 @@ impl Opened {
     fn read<T: Sample>(&self, spec: &VolumeSpec, region: Region) -> Result<Array3<T>, IoError> {
         let full = self.shape(spec)?;
         let (o, n) = region.unwrap_or(([0; 3], full));
-        let fits = (0..3).all(|i| o[i].checked_add(n[i]).is_some_and(|end| end <= full[i]));
-        if !fits {
-            return Err(IoError::RegionOutOfBounds {
-                spec: spec.to_string(),
-                offset: o,
-                shape: n,
-                dataset_shape: full.to_vec(),
-            });
-        }
+        check_inside(spec, full, o, n)?;
         let bytes = crate::memory::bytes_of(&n, std::mem::size_of::<T>());
         crate::memory::check_allocation(&format!("reading {n:?} (z,y,x) voxels"), bytes).map_err(
             |reason| IoError::TooLarge {
@@ -462,6 +454,31 @@ pub fn check_same_shape(
             a_shape: a_shape.to_vec(),
             b: b.to_string(),
             b_shape: b_shape.to_vec(),
+        })
+    }
+}
+
+/// Fails with [`IoError::RegionOutOfBounds`] unless the box `offset .. offset + shape` lies inside
+/// a volume of shape `volume` (all `[z, y, x]`): the one bounds check of region reads and writes.
+pub(crate) fn check_inside(
+    spec: &VolumeSpec,
+    volume: [usize; 3],
+    offset: [usize; 3],
+    shape: [usize; 3],
+) -> Result<(), IoError> {
+    let fits = (0..3).all(|a| {
+        offset[a]
+            .checked_add(shape[a])
+            .is_some_and(|end| end <= volume[a])
+    });
+    if fits {
+        Ok(())
+    } else {
+        Err(IoError::RegionOutOfBounds {
+            spec: spec.to_string(),
+            offset,
+            shape,
+            dataset_shape: volume.to_vec(),
         })
     }
 }
