@@ -9,8 +9,6 @@
 mod support;
 
 use std::collections::HashMap;
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 
 use ffn_io::VolumeSpec;
 use ffn_io::region_writer::write_labels_by_region;
@@ -118,21 +116,7 @@ fn oracle_args<'a>(image: &'a str, out: &'a str, tile: &'a str) -> Vec<&'a str> 
 
 /// Runs `ffn ARGS` with `limit` bytes of address space; returns stdout.
 fn run_ffn(args: &[&str], limit: u64) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ffn"));
-    cmd.args(args).env("MALLOC_ARENA_MAX", "2");
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let mut cmd = support::ffn_with_address_limit(args, limit);
     let out = cmd.output().expect("running ffn");
     assert!(
         out.status.success(),

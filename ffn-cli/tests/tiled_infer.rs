@@ -156,12 +156,22 @@ impl LongRun {
         cmd
     }
 
-    /// Files of the store whose name contains `part` (`.bin`: tiles; `.tmp-`: temporary files).
+    /// Files of the store whose name contains `part` (`.tmp-`: temporary files).
     fn files(&self, part: &str) -> usize {
+        self.count(|name| name.contains(part))
+    }
+
+    /// Finished tiles: `tile_NNNNNN.bin` (not the temporary `tile_NNNNNN.bin.tmp-*` of a tile
+    /// being written).
+    fn tiles(&self) -> usize {
+        self.count(|name| name.starts_with("tile_") && name.ends_with(".bin"))
+    }
+
+    fn count(&self, keep: impl Fn(&str) -> bool) -> usize {
         std::fs::read_dir(&self.store)
             .map(|d| {
                 d.filter_map(|e| e.ok())
-                    .filter(|e| e.file_name().to_string_lossy().contains(part))
+                    .filter(|e| keep(&e.file_name().to_string_lossy()))
                     .count()
             })
             .unwrap_or(0)
@@ -170,7 +180,7 @@ impl LongRun {
     /// Waits (at most 120 s) until `n` tiles are finished.
     fn wait_for_tiles(&self, n: usize) {
         let t0 = Instant::now();
-        while self.files(".bin") < n && t0.elapsed() < Duration::from_secs(120) {
+        while self.tiles() < n && t0.elapsed() < Duration::from_secs(120) {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -199,7 +209,7 @@ fn a_killed_run_resumes_with_only_the_unfinished_tiles() {
     run.wait_for_tiles(5);
     child.kill().unwrap();
     child.wait().unwrap();
-    let done = run.files(".bin");
+    let done = run.tiles();
     assert!(
         (5..LONG_RUN_TILES).contains(&done),
         "{done} tiles finished before the kill"
@@ -408,7 +418,7 @@ fn sigterm_finishes_the_current_tile_and_the_rerun_completes() {
         String::from_utf8_lossy(&o.stderr),
     );
     assert_eq!(o.status.code(), Some(75), "stderr:\n{stderr}");
-    let done = run.files(".bin");
+    let done = run.tiles();
     assert!(
         (5..LONG_RUN_TILES).contains(&done),
         "{done} tiles finished before the stop"

@@ -1,5 +1,6 @@
 //! The documented limit on what one read may allocate: a volume, slice or stack read into memory
-//! may take at most the machine's physical memory (`sysconf(_SC_PHYS_PAGES) * page size`).
+//! may take at most the memory the process may use ([`memory_limit_bytes`]: the machine's physical
+//! memory, or the process's address-space limit `RLIMIT_AS` where that is lower).
 //! Anything larger cannot succeed and would only make the process swap or be killed, so it is
 //! refused up front with an error naming the file, what it declares and the limit; such volumes
 //! are read by region or segmented with `ffn infer-tiled`.
@@ -19,21 +20,40 @@ pub fn physical_memory_bytes() -> u64 {
     (pages as u64).saturating_mul(page as u64)
 }
 
+/// The memory this process may use: the smaller of [`physical_memory_bytes`] and its soft
+/// address-space limit (`RLIMIT_AS`, as set by `ulimit -v` or a batch system).
+pub fn memory_limit_bytes() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct it is given.
+    let address_space = if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } == 0
+        && lim.rlim_cur != libc::RLIM_INFINITY
+    {
+        lim.rlim_cur
+    } else {
+        u64::MAX
+    };
+    physical_memory_bytes().min(address_space)
+}
+
 /// Bytes of `count` elements of `element_bytes` each, `None` on overflow.
 pub fn bytes_of(dims: &[usize], element_bytes: usize) -> Option<u64> {
     dims.iter()
         .try_fold(element_bytes as u64, |acc, &d| acc.checked_mul(d as u64))
 }
 
-/// `Ok` when an allocation of `bytes` (`None`: beyond `u64`) is within [`physical_memory_bytes`];
+/// `Ok` when an allocation of `bytes` (`None`: beyond `u64`) is within [`memory_limit_bytes`];
 /// otherwise the reason, naming `what` is being read.
 pub fn check_allocation(what: &str, bytes: Option<u64>) -> Result<(), String> {
-    let limit = physical_memory_bytes();
+    let limit = memory_limit_bytes();
     match bytes {
         Some(b) if b <= limit => Ok(()),
         Some(b) => Err(format!(
-            "{what} needs {b} bytes in memory, more than this machine's {limit} bytes of physical \
-             memory (read it by region, or segment it with `ffn infer-tiled`)"
+            "{what} needs {b} bytes in memory, more than the {limit} bytes this process may use \
+             (physical memory or its address-space limit; read it by region, train with \
+             `--volume-reads regions`, or segment it with `ffn infer-tiled`)"
         )),
         None => Err(format!("{what} is too large to address")),
     }
@@ -50,7 +70,7 @@ mod tests {
         assert!(check_allocation("x", Some(1 << 20)).is_ok());
         let err = check_allocation("a 1700^3 volume", Some(u64::MAX)).unwrap_err();
         assert!(
-            err.contains("a 1700^3 volume") && err.contains("physical"),
+            err.contains("a 1700^3 volume") && err.contains("physical memory"),
             "{err}"
         );
         assert!(

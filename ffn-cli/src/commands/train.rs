@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::training::augmentation::AugmentConfig;
 use ffn_core::training::examples::FovPolicy;
-use ffn_io::training::{LogFormat, OptimizerKind, Start, TrainOptions, TrainingRun};
+use ffn_io::training::{LogFormat, OptimizerKind, Start, TrainOptions, TrainingRun, VolumeReads};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::dist_args::DistArgs;
@@ -55,6 +55,11 @@ pub struct Args {
     /// Image stddev(s), one value or one per volume; default: computed from each volume.
     #[arg(long)]
     pub image_stddev: Option<String>,
+    /// How the training volumes are read: `whole` (into memory, 12 bytes per voxel), `regions`
+    /// (each example's patch from disk: for volumes larger than memory), or `auto` (whole when
+    /// they take at most half the memory the process may use). Training is identical either way.
+    #[arg(long, default_value = "auto", value_name = "auto|whole|regions")]
+    pub volume_reads: VolumeReads,
     /// Network depth (conv0 + depth-1 residual modules).
     #[arg(long, default_value_t = 9)]
     pub depth: usize,
@@ -220,6 +225,7 @@ impl Args {
             stop_on_signal: true,
             image_mean: values(&self.image_mean, "image-mean")?,
             image_stddev: values(&self.image_stddev, "image-stddev")?,
+            volume_reads: self.volume_reads,
             batch_size: self.batch_size,
             optimizer: match self.optimizer {
                 OptimizerArg::Sgd => OptimizerKind::Sgd,
@@ -307,6 +313,9 @@ fn train_rank(
             path.display()
         ),
         _ => {}
+    }
+    if talk && run.volume_reads() == VolumeReads::Regions {
+        eprintln!("reading the training volumes by region (each example's patch from disk)");
     }
     let bar = if talk {
         progress_bar(&run)

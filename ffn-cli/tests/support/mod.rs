@@ -107,3 +107,25 @@ pub fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
         .collect()
 }
+
+/// `ffn ARGS` as a command whose process may use at most `limit` bytes of address space
+/// (`RLIMIT_AS`), with few malloc arenas (each thread's arena reserves address space).
+pub fn ffn_with_address_limit(args: &[&str], limit: u64) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(FFN);
+    cmd.args(args).env("MALLOC_ARENA_MAX", "2");
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}

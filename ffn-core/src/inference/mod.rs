@@ -118,13 +118,32 @@ impl core::error::Error for InferenceError {}
 /// Mean and (population) standard deviation of image values, summed in `f64` in the iteration
 /// order: the per-volume normalisation of training, and of inference with a model trained so.
 pub fn mean_stddev<I: Iterator<Item = f32> + Clone>(values: I) -> (f64, f64) {
-    let n = values.clone().count().max(1) as f64;
-    let mean = values.clone().map(f64::from).sum::<f64>() / n;
-    let var = values
-        .map(|x| (f64::from(x) - mean) * (f64::from(x) - mean))
-        .sum::<f64>()
-        / n;
-    (mean, libm::sqrt(var))
+    let passes = mean_stddev_in_passes::<core::convert::Infallible>(|visit| {
+        values.clone().for_each(visit);
+        Ok(())
+    });
+    match passes {
+        Ok(m) => m,
+        Err(never) => match never {},
+    }
+}
+
+/// [`mean_stddev`] of values that `pass` visits, in the same order, twice (the sum, then the
+/// squared deviations): for volumes read piece by piece, with the same result as in one piece.
+/// The first error of a pass is returned.
+pub fn mean_stddev_in_passes<E>(
+    mut pass: impl FnMut(&mut dyn FnMut(f32)) -> Result<(), E>,
+) -> Result<(f64, f64), E> {
+    let (mut count, mut sum) = (0u64, -0.0f64);
+    pass(&mut |x| {
+        count += 1;
+        sum += f64::from(x);
+    })?;
+    let n = count.max(1) as f64;
+    let mean = sum / n;
+    let mut squares = -0.0f64;
+    pass(&mut |x| squares += (f64::from(x) - mean) * (f64::from(x) - mean))?;
+    Ok((mean, libm::sqrt(squares / n)))
 }
 
 /// Image normalisation of google/ffn requests: `(x - mean) / stddev`, in `f32`.

@@ -450,3 +450,25 @@ fn convstack_predicts_through_the_trait() {
         .unwrap();
     assert!(c.counters().predict_calls >= 1);
 }
+
+#[test]
+fn mean_stddev_in_pieces_equals_mean_stddev_in_one_piece() {
+    let values: Vec<f32> = (0..10_007u32)
+        .map(|i| ((i * 7919) % 251) as f32 + 0.25)
+        .collect();
+    let whole = mean_stddev(values.iter().copied());
+    let passes = mean_stddev_in_passes::<()>(|visit| {
+        for piece in values.chunks(1000) {
+            piece.iter().for_each(|&x| visit(x));
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(whole.0.to_bits(), passes.0.to_bits());
+    assert_eq!(whole.1.to_bits(), passes.1.to_bits());
+    assert!((whole.0 - 125.25).abs() < 1.0, "{whole:?}");
+    // A failing pass is the result.
+    assert_eq!(mean_stddev_in_passes(|_| Err("disk")), Err("disk"));
+    // No values: mean and stddev 0.
+    assert_eq!(mean_stddev(core::iter::empty()), (0.0, 0.0));
+}

@@ -172,6 +172,13 @@ pub fn patch_fits(cfg: &ExampleConfig, dims: [usize; 3], c: [u32; 3]) -> bool {
     })
 }
 
+/// The first voxel `[z, y, x]` of the training patch centred on `coord` (which must satisfy
+/// [`patch_fits`]).
+pub fn patch_start(cfg: &ExampleConfig, coord: Coordinate) -> [usize; 3] {
+    let p = cfg.patch_shape();
+    [0, 1, 2].map(|d| coord.zyx[d] as usize - p[d] / 2)
+}
+
 /// The 26 shifts by `+-delta` (axes with delta 0 contribute only 0; duplicates removed).
 pub fn fixed_shifts(deltas: [usize; 3]) -> Vec<[i32; 3]> {
     let mut out = Vec::new();
@@ -203,22 +210,27 @@ impl Example {
         aug: Augmentation,
         rng: &mut Rng,
     ) -> Self {
+        let (mut img, mut ids) = (Vec::new(), Vec::new());
+        let start = patch_start(cfg, coord);
+        super::source::cut(image, labels, start, cfg.patch_shape(), &mut img, &mut ids);
+        Self::from_patch(cfg, &img, &ids, coord, aug, rng)
+    }
+
+    /// The example at `coord` from its training patch already cut (`image` normalised and `labels`,
+    /// [`ExampleConfig::patch_shape`] voxels from [`patch_start`], row-major): applies `aug`,
+    /// builds the canvas and draws the move order with `rng`.
+    pub fn from_patch(
+        cfg: &ExampleConfig,
+        img: &[f32],
+        ids: &[u64],
+        coord: Coordinate,
+        aug: Augmentation,
+        rng: &mut Rng,
+    ) -> Self {
         let p = cfg.patch_shape();
-        let c = coord.zyx.map(|v| v as usize);
-        let start = [0, 1, 2].map(|d| c[d] - p[d] / 2);
         let n = p.iter().product();
-        let (mut img, mut ids) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for z in 0..p[0] {
-            for y in 0..p[1] {
-                for x in 0..p[2] {
-                    let at = (start[0] + z, start[1] + y, start[2] + x);
-                    img.push(image[at]);
-                    ids.push(labels[at]);
-                }
-            }
-        }
-        let img = aug.apply(&img, p);
-        let ids = aug.apply(&ids, p);
+        let img = aug.apply(img, p);
+        let ids = aug.apply(ids, p);
         let shape = aug.output_shape(p);
         let centre_id = ids[idx(shape, shape[0] / 2, shape[1] / 2, shape[2] / 2)];
         let soft = ids

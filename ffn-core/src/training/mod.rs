@@ -7,6 +7,7 @@
 //! - [`augmentation`]: reflections and axis permutations;
 //! - [`tracker`]: precision / recall / F1 / accuracy of the predicted masks;
 //! - [`schedule`]: learning-rate schedules;
+//! - [`source`]: where training patches come from (volumes in memory, or regions read on demand);
 //! - [`step`]: one optimisation step (network, gradient reduction hook, clipping, optimiser);
 //! - [`trainer`]: batches of independent example generators, with a serialisable state for exact
 //!   resume.
@@ -17,6 +18,7 @@ pub mod distributed;
 pub mod examples;
 pub mod partitions;
 pub mod schedule;
+pub mod source;
 pub mod step;
 pub mod tracker;
 pub mod trainer;
@@ -58,6 +60,13 @@ pub enum TrainingError {
         /// Why.
         reason: String,
     },
+    /// A [`source::PatchSource`] could not read a training patch.
+    Read {
+        /// The volume's name.
+        volume: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl fmt::Display for TrainingError {
@@ -82,6 +91,9 @@ impl fmt::Display for TrainingError {
             }
             Self::BadCoordinate { index, reason } => write!(f, "coordinate #{index}: {reason}"),
             Self::BadState { reason } => write!(f, "training state: {reason}"),
+            Self::Read { volume, reason } => {
+                write!(f, "reading a training patch of volume {volume:?}: {reason}")
+            }
         }
     }
 }

@@ -168,7 +168,7 @@ pub fn train_step<R: GradientReducer>(
     }
     let step = trainer.steps();
     let lr = reducer.learning_rate(opts.schedule.at(step), step);
-    trainer.prepare_batch();
+    trainer.prepare_batch().map_err(StepError::Training)?;
     reducer.batch_prepared();
     let inp = trainer.inputs();
     let mut loss = net.forward_backward_with_hook(

@@ -13,6 +13,7 @@
 //! Coordinates are taken in order `cursor * stride + offset` (modulo their number); data-parallel
 //! replicas use `stride = world size`, `offset = rank` to read disjoint parts of the stream.
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
@@ -22,7 +23,8 @@ use ndarray::Array3;
 
 use super::augmentation::Augmentation;
 use super::coordinates::Coordinate;
-use super::examples::{Example, ExampleConfig, FovPolicy, Moves, patch_fits};
+use super::examples::{Example, ExampleConfig, FovPolicy, Moves, patch_fits, patch_start};
+use super::source::{InMemory, PatchSource};
 use super::tracker::{Metrics, Tracker};
 use super::{TrainingError, invalid};
 use crate::rng::Rng;
@@ -95,7 +97,7 @@ struct Generator {
 #[derive(Debug)]
 pub struct Trainer {
     cfg: TrainerConfig,
-    volumes: Vec<TrainingVolume>,
+    source: Box<dyn PatchSource>,
     coords: Vec<Coordinate>,
     gens: Vec<Generator>,
     cursor: u64,
@@ -106,6 +108,8 @@ pub struct Trainer {
     labels: Vec<f32>,
     offsets: Vec<[i32; 3]>,
     prepared: bool,
+    patch_image: Vec<f32>,
+    patch_labels: Vec<u64>,
 }
 
 /// The network inputs of one prepared batch: `batch` FOVs each, `[z][y][x]` per FOV.
@@ -131,6 +135,16 @@ impl Trainer {
         volumes: Vec<TrainingVolume>,
         coords: Vec<Coordinate>,
     ) -> Result<Self, TrainingError> {
+        Self::with_source(cfg, InMemory::new(volumes)?.boxed(), coords)
+    }
+
+    /// Like [`Trainer::new`], with the training patches read from `source` (for example regions of
+    /// volumes on disk that do not fit in memory).
+    pub fn with_source(
+        cfg: TrainerConfig,
+        source: Box<dyn PatchSource>,
+        coords: Vec<Coordinate>,
+    ) -> Result<Self, TrainingError> {
         cfg.example.validate()?;
         if cfg.batch_size == 0 {
             return Err(invalid("batch_size", ">= 1", 0));
@@ -141,30 +155,21 @@ impl Trainer {
         if coords.is_empty() {
             return Err(invalid("coordinates", "at least one coordinate", 0));
         }
-        for v in &volumes {
-            let (a, b) = (v.image.dim(), v.labels.dim());
-            if a != b {
-                return Err(TrainingError::ShapeMismatch {
-                    what: format!("volume {:?}: labels vs image", v.name),
-                    expected: [a.0, a.1, a.2],
-                    found: [b.0, b.1, b.2],
-                });
-            }
-        }
         for (i, c) in coords.iter().enumerate() {
-            let Some(v) = volumes.get(c.volume as usize) else {
+            let v = c.volume as usize;
+            if v >= source.volume_count() {
                 return Err(TrainingError::BadCoordinate {
                     index: i,
                     reason: format!(
                         "volume index {} but only {} volumes given",
                         c.volume,
-                        volumes.len()
+                        source.volume_count()
                     ),
                 });
-            };
-            let d = v.image.dim();
+            }
+            let d = source.shape(v);
             let zyx = c.zyx;
-            if !patch_fits(&cfg.example, [d.0, d.1, d.2], zyx) {
+            if !patch_fits(&cfg.example, d, zyx) {
                 return Err(TrainingError::BadCoordinate {
                     index: i,
                     reason: format!(
@@ -174,8 +179,8 @@ impl Trainer {
                         zyx[2],
                         zyx[1],
                         zyx[0],
-                        v.name,
-                        [d.0, d.1, d.2]
+                        source.name(v),
+                        d
                     ),
                 });
             }
@@ -189,7 +194,7 @@ impl Trainer {
         let n = cfg.batch_size * cfg.example.fov_len();
         Ok(Self {
             cfg,
-            volumes,
+            source,
             coords,
             gens,
             cursor: 0,
@@ -200,6 +205,8 @@ impl Trainer {
             labels: vec![0.0; n],
             offsets: vec![[0; 3]; cfg.batch_size],
             prepared: false,
+            patch_image: Vec::new(),
+            patch_labels: Vec::new(),
         })
     }
 
@@ -208,9 +215,9 @@ impl Trainer {
         &self.cfg
     }
 
-    /// The training volumes.
-    pub fn volumes(&self) -> &[TrainingVolume] {
-        &self.volumes
+    /// Where the training patches come from.
+    pub fn source(&self) -> &dyn PatchSource {
+        self.source.as_ref()
     }
 
     /// Steps completed.
@@ -248,7 +255,7 @@ impl Trainer {
         self.prepared = false;
     }
 
-    fn start_example(&mut self, g: usize) {
+    fn start_example(&mut self, g: usize) -> Result<(), TrainingError> {
         let n = self.coords.len() as u64;
         let index = (self
             .cursor
@@ -257,31 +264,56 @@ impl Trainer {
             % n;
         self.cursor += 1;
         let coord = self.coords[index as usize];
-        let gen_ = &mut self.gens[g];
-        let aug = self.cfg.example.augment.draw(&mut gen_.rng);
-        let v = &self.volumes[coord.volume as usize];
-        let ex = Example::new(
+        let aug = self.cfg.example.augment.draw(&mut self.gens[g].rng);
+        self.read_patch(coord)?;
+        let ex = Example::from_patch(
             &self.cfg.example,
-            v.image.view(),
-            v.labels.view(),
+            &self.patch_image,
+            &self.patch_labels,
             coord,
             aug,
-            &mut gen_.rng,
+            &mut self.gens[g].rng,
         );
-        gen_.example = Some((index, ex));
+        self.gens[g].example = Some((index, ex));
+        Ok(())
     }
 
-    /// Fills the batch inputs with every generator's next FOV. Calling it again before
-    /// [`Trainer::complete_batch`] changes nothing.
-    pub fn prepare_batch(&mut self) {
+    /// Reads the training patch of `coord` from the source into the patch buffers.
+    fn read_patch(&mut self, coord: Coordinate) -> Result<(), TrainingError> {
+        let cfg = &self.cfg.example;
+        let (v, shape) = (coord.volume as usize, cfg.patch_shape());
+        self.source.read(
+            v,
+            patch_start(cfg, coord),
+            shape,
+            &mut self.patch_image,
+            &mut self.patch_labels,
+        )?;
+        let n: usize = shape.iter().product();
+        if self.patch_image.len() != n || self.patch_labels.len() != n {
+            return Err(TrainingError::Read {
+                volume: self.source.name(v).into(),
+                reason: format!(
+                    "the source gave {} image and {} label values for a patch of {n}",
+                    self.patch_image.len(),
+                    self.patch_labels.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fills the batch inputs with every generator's next FOV (reading the patches of examples
+    /// that start). Calling it again before [`Trainer::complete_batch`] changes nothing.
+    pub fn prepare_batch(&mut self) -> Result<(), TrainingError> {
         if self.prepared {
-            return;
+            return Ok(());
         }
         let fov = self.cfg.example.fov_len();
         for g in 0..self.gens.len() {
             let off = loop {
                 if self.gens[g].example.is_none() {
-                    self.start_example(g);
+                    self.start_example(g)?;
                 }
                 // Just ensured above.
                 let Some((_, ex)) = self.gens[g].example.as_mut() else {
@@ -309,6 +341,7 @@ impl Trainer {
             }
         }
         self.prepared = true;
+        Ok(())
     }
 
     /// The inputs of the prepared batch (prepare it first).
@@ -356,7 +389,7 @@ impl Trainer {
         logits: &mut [f32],
         run: impl FnOnce(&[f32], &[f32], &[f32], usize, &mut [f32]) -> f32,
     ) -> Result<f32, TrainingError> {
-        self.prepare_batch();
+        self.prepare_batch()?;
         let loss = run(
             &self.image,
             &self.seed,
@@ -535,17 +568,18 @@ impl Trainer {
                             });
                         }
                     };
-                    let v = self.volumes.get(coord.volume as usize).ok_or_else(|| {
-                        TrainingError::BadState {
+                    if coord.volume as usize >= self.source.volume_count() {
+                        return Err(TrainingError::BadState {
                             reason: format!("volume index {} out of range", coord.volume),
-                        }
-                    })?;
+                        });
+                    }
                     // The RNG passed here is only used for the move order, which is then replaced.
                     let mut scratch = Rng::new(0);
-                    let mut ex = Example::new(
+                    self.read_patch(coord)?;
+                    let mut ex = Example::from_patch(
                         &self.cfg.example,
-                        v.image.view(),
-                        v.labels.view(),
+                        &self.patch_image,
+                        &self.patch_labels,
                         coord,
                         aug,
                         &mut scratch,
@@ -640,17 +674,21 @@ mod tests {
     use super::*;
     use crate::training::augmentation::AugmentConfig;
 
-    fn setup(batch: usize) -> Trainer {
+    fn setup_volume() -> TrainingVolume {
         let image = Array3::from_shape_fn((15, 15, 16), |(z, y, x)| {
             ((z * 7 + y * 3 + x) % 11) as f32 / 11.0
         });
         let labels =
             Array3::from_shape_fn((15, 15, 16), |(z, y, x)| ((x + y / 2 + z / 3) / 4) as u64);
-        let volumes = vec![TrainingVolume {
+        TrainingVolume {
             name: "a".into(),
             image,
             labels,
-        }];
+        }
+    }
+
+    fn setup(batch: usize) -> Trainer {
+        let volumes = vec![setup_volume()];
         let coords: Vec<Coordinate> = (4..11)
             .flat_map(|z| {
                 (4..12).map(move |x| Coordinate {
@@ -747,5 +785,95 @@ mod tests {
             }
         }
         assert!(seen[0].iter().all(|i| i % 2 == 0) && seen[1].iter().all(|i| i % 2 == 1));
+    }
+
+    /// A source serving the volume of [`setup`], failing or short on request.
+    #[derive(Debug)]
+    struct Flaky {
+        inner: InMemory,
+        reads: usize,
+        fail_after: usize,
+        short: bool,
+    }
+
+    impl PatchSource for Flaky {
+        fn volume_count(&self) -> usize {
+            self.inner.volume_count()
+        }
+        fn name(&self, volume: usize) -> &str {
+            self.inner.name(volume)
+        }
+        fn shape(&self, volume: usize) -> [usize; 3] {
+            self.inner.shape(volume)
+        }
+        fn read(
+            &mut self,
+            volume: usize,
+            start: [usize; 3],
+            shape: [usize; 3],
+            image: &mut Vec<f32>,
+            labels: &mut Vec<u64>,
+        ) -> Result<(), TrainingError> {
+            self.reads += 1;
+            if self.reads > self.fail_after {
+                return Err(crate::training::source::read_error("a", "disk gone"));
+            }
+            self.inner.read(volume, start, shape, image, labels)?;
+            if self.short {
+                labels.pop();
+            }
+            Ok(())
+        }
+    }
+
+    fn flaky(fail_after: usize, short: bool) -> Trainer {
+        let base = setup(2);
+        let inner = InMemory::new(vec![setup_volume()]).unwrap();
+        Trainer::with_source(
+            base.cfg,
+            Box::new(Flaky {
+                inner,
+                reads: 0,
+                fail_after,
+                short,
+            }),
+            base.coords.clone(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn any_source_of_the_same_data_trains_identically() {
+        let (mut a, mut b) = (setup(2), flaky(usize::MAX, false));
+        let mut logits = vec![0.0; 2 * 125];
+        for _ in 0..30 {
+            let la = a.step_with(&mut logits, fake_net).unwrap();
+            let lb = b.step_with(&mut logits, fake_net).unwrap();
+            assert_eq!(la.to_bits(), lb.to_bits());
+        }
+        assert_eq!(a.save_state(), b.save_state());
+        // Restoring reads the patches of the examples in flight from the source.
+        let mut c = flaky(usize::MAX, false);
+        c.load_state(&a.save_state()).unwrap();
+        assert_eq!(c.save_state(), a.save_state());
+        assert_eq!(c.source().name(0), "a");
+    }
+
+    #[test]
+    fn a_failing_or_short_source_is_an_error_of_the_step() {
+        let mut logits = vec![0.0; 2 * 125];
+        let mut t = flaky(3, false);
+        let err = (0..100)
+            .find_map(|_| t.step_with(&mut logits, fake_net).err())
+            .expect("the source fails after 3 reads");
+        assert!(err.to_string().contains("disk gone"), "{err}");
+        let err = flaky(usize::MAX, true)
+            .step_with(&mut logits, fake_net)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("729 image and 728 label values for a patch of 729"),
+            "{err}"
+        );
     }
 }

@@ -36,4 +36,4 @@ mod volumes;
 pub use log::{CSV_HEADER, LogRow, write_training_curve};
 pub use options::{LogFormat, OptimizerKind, TrainOptions};
 pub use run::{Start, StepOutcome, Summary, TRAINER_STATE, TrainingRun, train};
-pub use volumes::{Normalisation, load_training_volumes};
+pub use volumes::{Normalisation, TrainingData, VolumeReads, load_training_data};

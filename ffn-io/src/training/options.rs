@@ -11,7 +11,7 @@ use ffn_core::training::examples::{ExampleConfig, FovPolicy};
 use ffn_core::training::schedule::{Decay, LrSchedule};
 use serde_json::{Value, json};
 
-use super::volumes::Normalisation;
+use super::volumes::{Normalisation, VolumeReads};
 use crate::VolumeSpec;
 
 /// The optimiser of a run (its parameters are fields of [`TrainOptions`]).
@@ -62,6 +62,9 @@ pub struct TrainOptions {
     pub image_mean: Option<Vec<f64>>,
     /// Image stddev, like [`Self::image_mean`].
     pub image_stddev: Option<Vec<f64>>,
+    /// Whether the volumes are read whole into memory or region by region (same training either
+    /// way; not part of the configuration a resumed run must match).
+    pub volume_reads: VolumeReads,
     /// Depth, features, FOV and deltas of the network.
     pub model: ModelConfig,
     /// Examples per step.
@@ -137,6 +140,7 @@ impl TrainOptions {
             stop_on_signal: false,
             image_mean: None,
             image_stddev: None,
+            volume_reads: VolumeReads::Auto,
             model,
             batch_size: 4,
             optimizer: OptimizerKind::Sgd,

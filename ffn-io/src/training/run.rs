@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use super::log::{Log, LogRow, write_training_curve};
 use super::options::TrainOptions;
 use super::stop;
-use super::volumes::{Normalisation, load_training_volumes};
+use super::volumes::{Normalisation, VolumeReads, load_training_data};
 use crate::checkpoint::{
     Checkpoint, SkippedCheckpoint, check_architecture, checkpoint_file_name,
     newest_valid_checkpoint, save_checkpoint_in_dir,
@@ -90,6 +90,7 @@ pub struct TrainingRun<'g> {
     bufs: StepBuffers,
     config: Value,
     norms: Vec<Normalisation>,
+    volume_reads: VolumeReads,
     ckpt_dir: PathBuf,
     log: Log,
     rows: Vec<LogRow>,
@@ -150,7 +151,8 @@ impl<'g> TrainingRun<'g> {
         let model = opts.model;
         model.validate().map_err(anyhow::Error::msg)?;
         let coord_file = read_coords(&opts.coords)?;
-        let (volumes, norms) = load_training_volumes(&opts, &coord_file.volumes)?;
+        let data = load_training_data(&opts, &coord_file.volumes)?;
+        let (norms, volume_reads) = (data.normalisations, data.reads);
         let n_coords = coord_file.coords.len();
         let schedule = opts.schedule();
         schedule.validate()?;
@@ -167,13 +169,13 @@ impl<'g> TrainingRun<'g> {
             schedule,
             clip: (opts.clip > 0.0).then_some(opts.clip),
         };
-        let mut trainer = Trainer::new(
+        let mut trainer = Trainer::with_source(
             group.trainer_config(TrainerConfig::new(
                 opts.example_config(),
                 opts.batch_size,
                 opts.seed,
             )),
-            volumes,
+            data.source,
             coord_file.coords,
         )
         .with_context(|| format!("training data from {}", opts.coords.display()))?;
@@ -299,6 +301,7 @@ impl<'g> TrainingRun<'g> {
             bufs,
             config,
             norms,
+            volume_reads,
             ckpt_dir,
             log,
             rows,
@@ -347,6 +350,12 @@ impl<'g> TrainingRun<'g> {
     /// The normalisation of each volume.
     pub fn normalisation(&self) -> &[Normalisation] {
         &self.norms
+    }
+
+    /// How the training volumes are read: [`VolumeReads::Whole`] or [`VolumeReads::Regions`]
+    /// (`Auto` resolved).
+    pub fn volume_reads(&self) -> VolumeReads {
+        self.volume_reads
     }
 
     /// The metrics rows so far (including those of earlier runs when resumed).
