@@ -217,16 +217,22 @@ fn a_preempted_batch_job_checkpoints_requeues_and_ends_in_the_uninterrupted_weig
     wait_for("the requeue", &job, &log, || {
         job_field(&job, "Restarts") == "1"
     });
+    let requeued = Instant::now();
     wait_for("the requeued job", &job, &log, || {
         let state = job_field(&job, "JobState");
-        if state == "PENDING" {
-            // A requeued job waits two minutes (BeginTime); let it start now.
+        // A requeued job waits two minutes (BeginTime); let it start now, but not within the
+        // second of its requeue: slurmd refuses a launch whose credential is from the second in
+        // which it revoked the job's old one ("Job credential revoked"), which fails the job.
+        if state == "PENDING" && requeued.elapsed() > Duration::from_secs(2) {
             let _ = Command::new("scontrol")
                 .args(["update", &format!("JobId={job}"), "StartTime=now"])
                 .status();
             std::thread::sleep(Duration::from_millis(500));
         }
+        // The old run's end can show as COMPLETED for a moment after its requeue: done when the
+        // requeued run has also written its last line.
         state == "COMPLETED"
+            && std::fs::read_to_string(&log).is_ok_and(|t| t.contains("(restart 1)"))
     });
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
