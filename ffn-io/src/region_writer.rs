@@ -29,8 +29,8 @@ use ndarray::{Array3, s};
 use crate::error::IoError;
 use crate::precomputed::{self, DataType, LayerType, PrecomputedInfo, PrecomputedVolume};
 use crate::volume::{
-    CHUNK_EDGE, DEFLATE_LEVEL, Element, Sample, VolumeFormat, VolumeSpec, check_inside, hdf5_err,
-    label_element, prepare_write,
+    Element, Sample, VolumeFormat, VolumeSpec, check_inside, create_hdf5_dataset, hdf5_err,
+    label_element,
 };
 use crate::zarr_store::{self, ZarrArray};
 
@@ -93,25 +93,18 @@ fn with_new_volume(
             })
         }
         VolumeFormat::Hdf5 => crate::atomic::replace_file(&spec.path, |tmp| {
-            let (file, group, leaf) = prepare_write(spec, tmp)?;
-            let chunk = shape.map(|n| n.clamp(1, CHUNK_EDGE));
-            let builder = group.new_dataset_builder();
-            let ds = match element {
-                Element::U8 => builder.empty::<u8>(),
-                Element::U16 => builder.empty::<u16>(),
-                Element::U32 => builder.empty::<u32>(),
-                _ => builder.empty::<u64>(),
+            let into = |ds: &Dataset| fill(Target::Hdf5(ds.clone()));
+            match element {
+                Element::U8 => create_hdf5_dataset::<u8>(spec, tmp, shape, into),
+                Element::U16 => create_hdf5_dataset::<u16>(spec, tmp, shape, into),
+                Element::U32 => create_hdf5_dataset::<u32>(spec, tmp, shape, into),
+                Element::U64 => create_hdf5_dataset::<u64>(spec, tmp, shape, into),
+                other => Err(IoError::InvalidOption {
+                    field: format!("element type of {spec}"),
+                    expected: "uint8, uint16, uint32 or uint64".into(),
+                    found: other.name().into(),
+                }),
             }
-            .shape(shape)
-            .chunk(chunk)
-            .deflate(DEFLATE_LEVEL)
-            .create(leaf.as_str())
-            .map_err(|e| hdf5_err(spec, e))?;
-            fill(Target::Hdf5(ds))?;
-            drop(group);
-            // Closing writes the cached metadata: its failure (disk full) must not pass unnoticed.
-            file.flush().map_err(|e| hdf5_err(spec, e))?;
-            file.close().map_err(|e| hdf5_err(spec, e))
         }),
     }
 }

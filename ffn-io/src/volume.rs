@@ -692,21 +692,33 @@ fn write_typed_into<T: H5Type + Clone>(
     tmp: &Path,
     v: &Array3<T>,
 ) -> Result<(), IoError> {
-    let (file, group, leaf) = prepare_write(spec, tmp)?;
     let sh = v.shape();
-    let chunk = (
-        sh[0].clamp(1, CHUNK_EDGE),
-        sh[1].clamp(1, CHUNK_EDGE),
-        sh[2].clamp(1, CHUNK_EDGE),
-    );
     let view = v.as_standard_layout();
-    group
+    create_hdf5_dataset::<T>(spec, tmp, [sh[0], sh[1], sh[2]], |ds| {
+        ds.write(&view).map_err(|e| hdf5_err(spec, e))
+    })
+}
+
+/// Creates the dataset of `spec` in the HDF5 file `tmp` (see [`prepare_write`]): `T` elements,
+/// `shape`, chunks of [`CHUNK_EDGE`]^3 (less along short axes), deflate; lets `fill` write it;
+/// then flushes and closes the file, so that a failure to write (disk full) is an error.
+pub(crate) fn create_hdf5_dataset<T: H5Type>(
+    spec: &VolumeSpec,
+    tmp: &Path,
+    shape: [usize; 3],
+    fill: impl FnOnce(&Dataset) -> Result<(), IoError>,
+) -> Result<(), IoError> {
+    let (file, group, leaf) = prepare_write(spec, tmp)?;
+    let ds = group
         .new_dataset_builder()
-        .with_data(&view)
-        .chunk(chunk)
+        .empty::<T>()
+        .shape(shape)
+        .chunk(shape.map(|n| n.clamp(1, CHUNK_EDGE)))
         .deflate(DEFLATE_LEVEL)
         .create(leaf.as_str())
         .map_err(|e| hdf5_err(spec, e))?;
+    fill(&ds)?;
+    drop(ds);
     drop(group);
     // Closing writes the cached metadata: its failure (disk full) must not pass unnoticed.
     file.flush().map_err(|e| hdf5_err(spec, e))?;
