@@ -46,11 +46,19 @@ fn damaged(path: &Path, what: &str) -> IoError {
     }
 }
 
-/// Writes the overlaps file of tile `index` atomically.
-pub fn save_overlaps(dir: &Path, index: usize, boxes: &[OverlapBox]) -> Result<(), IoError> {
+/// Writes the overlaps file of tile `index` atomically. Boxes are taken one at a time and
+/// compressed at once, so only one box's labels are held uncompressed (`boxes` may cut them from
+/// the tile as it goes); the first error of `boxes` is returned and nothing is written.
+pub fn save_overlaps(
+    dir: &Path,
+    index: usize,
+    boxes: impl IntoIterator<Item = Result<OverlapBox, IoError>>,
+) -> Result<(), IoError> {
     let path = overlaps_path(dir, index);
-    let mut blobs = Vec::with_capacity(boxes.len());
+    let mut blobs = Vec::new();
+    let mut extents = Vec::new();
     for b in boxes {
+        let b = b?;
         let voxels: usize = (0..3).map(|a| b.hi[a].saturating_sub(b.lo[a])).product();
         if b.labels.len() != voxels {
             return Err(IoError::Config {
@@ -64,16 +72,17 @@ pub fn save_overlaps(dir: &Path, index: usize, boxes: &[OverlapBox]) -> Result<(
             });
         }
         blobs.push(deflate_labels(&b.labels).map_err(|e| IoError::os(&path, e))?);
+        extents.push((b.lo, b.hi));
     }
-    let header_len = 8 + 2 * 8 + boxes.len() * ENTRY_WORDS * 8 + 4;
+    let header_len = 8 + 2 * 8 + extents.len() * ENTRY_WORDS * 8 + 4;
     let mut out = Vec::with_capacity(header_len + blobs.iter().map(Vec::len).sum::<usize>());
     out.extend_from_slice(MAGIC);
     let word = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
     word(&mut out, index as u64);
-    word(&mut out, boxes.len() as u64);
+    word(&mut out, extents.len() as u64);
     let mut offset = header_len as u64;
-    for (b, blob) in boxes.iter().zip(&blobs) {
-        for v in b.lo.iter().chain(&b.hi) {
+    for ((lo, hi), blob) in extents.iter().zip(&blobs) {
+        for v in lo.iter().chain(hi) {
             word(&mut out, *v as u64);
         }
         word(&mut out, offset);
@@ -190,7 +199,7 @@ mod tests {
     fn boxes_round_trip_and_missing_ones_are_none() {
         let dir = tempfile::tempdir().unwrap();
         let b = boxes();
-        save_overlaps(dir.path(), 7, &b).unwrap();
+        save_overlaps(dir.path(), 7, b.iter().cloned().map(Ok)).unwrap();
         for x in &b {
             assert_eq!(
                 load_overlap(dir.path(), 7, x.lo, x.hi).unwrap().as_ref(),
@@ -202,11 +211,11 @@ mod tests {
         let e = save_overlaps(
             dir.path(),
             9,
-            &[OverlapBox {
+            [Ok(OverlapBox {
                 lo: [0; 3],
                 hi: [1, 1, 2],
                 labels: vec![1],
-            }],
+            })],
         )
         .unwrap_err()
         .to_string();
@@ -217,7 +226,7 @@ mod tests {
     fn every_truncation_and_flipped_byte_is_an_error_or_the_right_labels() {
         let dir = tempfile::tempdir().unwrap();
         let b = boxes();
-        save_overlaps(dir.path(), 3, &b).unwrap();
+        save_overlaps(dir.path(), 3, b.iter().cloned().map(Ok)).unwrap();
         let path = overlaps_path(dir.path(), 3);
         let bytes = std::fs::read(&path).unwrap();
         for cut in 0..bytes.len() {

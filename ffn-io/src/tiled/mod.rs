@@ -270,7 +270,7 @@ pub fn run_tiles<P: Predictor + ?Sized>(
         save_overlaps(
             store.dir(),
             tile.index,
-            &overlap_boxes(plan, &tile, &rec.labels)?,
+            overlap_boxes(plan, &tile, &rec.labels),
         )?;
         store.save(&rec)?;
         run.computed += 1;
@@ -279,20 +279,23 @@ pub fn run_tiles<P: Predictor + ?Sized>(
     Ok(run)
 }
 
-/// The labels of `tile` in the box it shares with each of its neighbours in `plan`.
-fn overlap_boxes(plan: &TilePlan, tile: &Tile, labels: &[u64]) -> Result<Vec<OverlapBox>, IoError> {
-    let mut out = Vec::new();
-    for j in plan.neighbours(tile.index) {
-        let Some((lo, hi)) = plan.tile(j).and_then(|b| intersection(tile, &b)) else {
-            continue;
-        };
-        out.push(OverlapBox {
-            lo,
-            hi,
-            labels: cut_box(tile, labels, lo, hi)?,
-        });
-    }
-    Ok(out)
+/// The labels of `tile` in the box it shares with each of its neighbours in `plan`, cut one at a
+/// time as the iterator is advanced.
+fn overlap_boxes<'a>(
+    plan: &'a TilePlan,
+    tile: &'a Tile,
+    labels: &'a [u64],
+) -> impl Iterator<Item = Result<OverlapBox, IoError>> + 'a {
+    plan.neighbours(tile.index)
+        .into_iter()
+        .filter_map(move |j| {
+            let (lo, hi) = plan.tile(j).and_then(|b| intersection(tile, &b))?;
+            Some(
+                cut_box(tile, labels, lo, hi)
+                    .map(|labels| OverlapBox { lo, hi, labels })
+                    .map_err(IoError::from),
+            )
+        })
 }
 
 /// The store's tiles, checked against the plan: a tile stored at another box is an error naming
