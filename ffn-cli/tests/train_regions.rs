@@ -152,6 +152,39 @@ fn a_volume_twice_the_memory_limit_trains_by_region() {
         Ok(())
     })
     .unwrap();
+    // Partitions under the limit, block by block (chosen by the memory limit), equal to those of
+    // the whole volume computed here without one.
+    let parts = format!("{store}/af");
+    let args = [
+        "partitions",
+        "--labels",
+        &labels.to_string(),
+        "--out",
+        &parts,
+        "--lom-radius",
+        "6",
+        "--min-size",
+        "100",
+    ];
+    let f = support::run(
+        support::ffn_with_address_limit(&args, LIMIT_BYTES),
+        support::dist::LIMIT,
+    );
+    support::ok(&f, "ffn partitions under the memory limit");
+    let cfg = ffn_core::training::partitions::PartitionConfig {
+        lom_radius: [6, 6, 6],
+        min_size: 100,
+        ..Default::default()
+    };
+    let whole = ffn_core::training::partitions::compute_partitions(
+        ffn_io::read_labels(&labels).unwrap().view(),
+        &cfg,
+    )
+    .unwrap();
+    assert_eq!(
+        ffn_io::read_image_u8(&parts.parse().unwrap()).unwrap(),
+        whole
+    );
     // Coordinates spread over the whole volume (block centres), away from the faces.
     let coords: Vec<Coordinate> = (0..64u32)
         .map(|i| Coordinate {

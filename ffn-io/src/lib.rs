@@ -27,6 +27,7 @@ pub mod memory;
 pub mod model;
 pub mod normalisation;
 mod ome_zarr;
+pub mod partitions;
 pub mod picture;
 pub mod plot;
 pub mod precomputed;

@@ -426,6 +426,16 @@ fn check_rank3(spec: &VolumeSpec, shape: &[usize]) -> Result<[usize; 3], IoError
     }
 }
 
+/// The z slabs `(first slice, slices)` that cover a volume of `shape`, each of at most
+/// `max_voxels` voxels (at least one slice): for reading a volume piece by piece.
+pub fn z_slabs(shape: [usize; 3], max_voxels: usize) -> impl Iterator<Item = (usize, usize)> {
+    let plane = (shape[1] * shape[2]).max(1);
+    let slab = (max_voxels / plane).clamp(1, shape[0].max(1));
+    (0..shape[0])
+        .step_by(slab)
+        .map(move |z| (z, slab.min(shape[0] - z)))
+}
+
 /// Shape `[z, y, x]` of a 3D volume, without reading it.
 pub fn dataset_shape(spec: &VolumeSpec) -> Result<[usize; 3], IoError> {
     Opened::open(spec)?.shape(spec)

@@ -1,16 +1,17 @@
 //! `ffn partitions`: google/ffn's compute_partitions. Removes objects smaller than `--min-size`,
 //! computes for every labelled voxel the fraction of the `--lom-radius` cube sharing its label, and
-//! writes the quantised classes (255 = margin) as a uint8 HDF5 volume.
+//! writes the quantised classes (255 = margin) as a uint8 volume, whole or block by block
+//! ([`ffn_io::partitions`]).
 
 use std::time::Instant;
 
 use crate::args::{parse_f32_list, parse_xyz};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ffn_core::training::partitions::{
-    DEFAULT_MIN_SIZE, DEFAULT_THRESHOLDS, EXCLUDED, PartitionConfig, class_histogram,
-    compute_partitions,
+    DEFAULT_MIN_SIZE, DEFAULT_THRESHOLDS, EXCLUDED, PartitionConfig,
 };
 use ffn_io::VolumeSpec;
+use ffn_io::partitions::{PartitionOptions, write_partitions};
 
 /// Arguments of `ffn partitions`.
 #[derive(clap::Args, Debug)]
@@ -30,6 +31,11 @@ pub struct Args {
     /// Increasing fraction thresholds, comma separated (default: google/ffn's).
     #[arg(long)]
     pub thresholds: Option<String>,
+    /// Compute block by block (edge x,y,z or one number; same result, memory of one block and its
+    /// halo). Default: the whole volume when it takes at most half the memory the process may use
+    /// (about 20 bytes per voxel), else blocks of 256.
+    #[arg(long, value_name = "N|X,Y,Z")]
+    pub block_size: Option<String>,
 }
 
 /// Computes and writes the partitions; returns the class histogram.
@@ -42,12 +48,17 @@ pub fn compute(args: &Args) -> Result<Vec<usize>> {
         lom_radius: parse_xyz(&args.lom_radius, "--lom-radius")?,
         min_size: args.min_size,
     };
-    ffn_io::VolumeSpec::check_not_input(&args.out, "--out", &args.labels, "--labels")?;
-    let labels = ffn_io::read_labels(&args.labels)?;
-    let parts = compute_partitions(labels.view(), &cfg)
-        .with_context(|| format!("partitions of {}", args.labels))?;
-    ffn_io::write_image_u8(&args.out, &parts)?;
-    Ok(class_histogram(parts.view()))
+    let block = args
+        .block_size
+        .as_deref()
+        .map(|b| parse_xyz(b, "--block-size"))
+        .transpose()?;
+    write_partitions(&PartitionOptions {
+        labels: args.labels.clone(),
+        out: args.out.clone(),
+        config: cfg,
+        block,
+    })
 }
 
 /// Runs `ffn partitions`.

@@ -218,11 +218,8 @@ fn normalise(x: f32, n: &Normalisation) -> f32 {
 /// The mean and stddev of an image read slab by slab (about 4 M voxels each), equal to those of
 /// the whole image in memory.
 fn streamed_mean_stddev(spec: &VolumeSpec, shape: [usize; 3]) -> Result<(f64, f64)> {
-    let plane = (shape[1] * shape[2]).max(1);
-    let slab = ((4 << 20) / plane).clamp(1, shape[0].max(1));
     ffn_core::inference::mean_stddev_in_passes(|visit| -> Result<()> {
-        for z in (0..shape[0]).step_by(slab) {
-            let n = slab.min(shape[0] - z);
+        for (z, n) in crate::volume::z_slabs(shape, 4 << 20) {
             let part = crate::read_image_f32_region(spec, [z, 0, 0], [n, shape[1], shape[2]])?;
             part.iter().for_each(|&x| visit(x));
         }
