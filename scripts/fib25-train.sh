@@ -3,8 +3,11 @@
 # out for evaluation): resumes the run in RUN_DIR when it has checkpoints, else continues the shipped
 # model (models/ffn-rs-fib25), else (or with FRESH=1) starts from fresh weights.
 #
-#   [MAX_STEPS=N] bash scripts/fib25-train.sh [RUN_DIR] [extra `ffn train` flags, e.g. --max-seconds 3600]
+#   [MAX_STEPS=N] [LR=0.001] [SEED=1] [SHIPPED=models/ffn-rs-fib25] \
+#       bash scripts/fib25-train.sh [RUN_DIR] [extra `ffn train` flags, e.g. --max-seconds 3600]
 #
+# SHIPPED is the checkpoint folder a new RUN_DIR continues; LR and SEED must be those of the run
+# being continued (models/ffn-rs-fib25-ft, a fine-tuning run at 1e-4: LR=0.0001 SEED=2).
 # The configuration is the one of models/ffn-rs-fib25/MODEL_CARD.md; a resumed run must keep it (ffn
 # refuses a changed configuration, naming the fields). Run it under `nice -n 19` beside other work.
 set -euo pipefail
@@ -27,7 +30,7 @@ if [ ! -f "$run/data/train.coords" ]; then
 fi
 # A new run folder continues the shipped model's training (its checkpoint holds the optimiser and
 # example-generator state too, so the continuation is exact); FRESH=1 starts from fresh weights.
-shipped=models/ffn-rs-fib25
+shipped=${SHIPPED:-models/ffn-rs-fib25}
 if ! ls "$run"/checkpoints/*.safetensors >/dev/null 2>&1 && [ -z "${FRESH:-}" ] && [ -f "$shipped/model.safetensors" ]; then
   step=$("$ffn" inspect --json "$shipped/model.safetensors" | grep -o '"step":"[0-9]*"' | grep -o '[0-9]*')
   mkdir -p "$run/checkpoints"
@@ -41,5 +44,5 @@ exec "$ffn" train --image "fib25:$data:image" --labels "fib25:$data:labels" \
   --coords "$run/data/train.coords" --out "$run" "${resume[@]}" \
   --image-mean 128 --image-stddev 33 \
   --depth 6 --features 32 --fov 25,25,25 --deltas 6,6,6 --batch-size 4 \
-  --optimizer adam --learning-rate 0.001 --seed 1 --max-steps "${MAX_STEPS:-1000000}" \
+  --optimizer adam --learning-rate "${LR:-0.001}" --seed "${SEED:-1}" --max-steps "${MAX_STEPS:-1000000}" \
   --report-every 200 --checkpoint-secs 600 --keep-checkpoints 0 --quiet "$@"
