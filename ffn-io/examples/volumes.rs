@@ -1,11 +1,15 @@
 //! Volumes from Rust in every backend: the same labels written to HDF5 (`file.h5:name`), Zarr
 //! (`store.zarr/name`) and Neuroglancer precomputed (`precomputed://DIR`), one whole and one box
 //! by box (`region_writer`, as `ffn infer-tiled` writes volumes larger than memory), then read
-//! back whole and by region, and scored against each other slab by slab (`evaluate_volumes`).
+//! back whole and by region, and scored against each other slab by slab (`evaluate_volumes`);
+//! then their training partitions computed whole and block by block (`partitions`, as for
+//! volumes larger than memory), which agree voxel for voxel.
 //!
 //! `cargo run -p ffn-io --example volumes`. Fails unless every read equals what was written.
 use anyhow::{Result, ensure};
 use ffn_core::metrics::MetricOptions;
+use ffn_core::training::partitions::PartitionConfig;
+use ffn_io::partitions::{PartitionOptions, write_partitions};
 use ffn_io::region_writer::write_labels_by_region;
 use ffn_io::{VolumeSpec, evaluation::evaluate_volumes};
 use ndarray::{Array3, s};
@@ -64,5 +68,31 @@ fn main() -> Result<()> {
             ffn_io::dataset_shape(&whole)?
         );
     }
+    // Training partitions of the Zarr labels, whole and in blocks of 8 x 32 x 32 (z,y,x).
+    let labels_spec: VolumeSpec = format!("{root}/v.zarr/labels").parse()?;
+    let config = PartitionConfig {
+        lom_radius: [2, 4, 5],
+        min_size: 100,
+        ..PartitionConfig::default()
+    };
+    let mut parts = Vec::new();
+    for (name, block) in [("whole", None), ("blocks", Some([8, 32, 32]))] {
+        let out: VolumeSpec = format!("{root}/v.zarr/af_{name}").parse()?;
+        let histogram = write_partitions(&PartitionOptions {
+            labels: labels_spec.clone(),
+            out: out.clone(),
+            config: config.clone(),
+            block,
+        })?;
+        parts.push(ffn_io::read_image_u8(&out)?);
+        let classes: Vec<(usize, usize)> = histogram
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        println!("partitions {name}: (class, voxels) {classes:?}");
+    }
+    ensure!(parts[0] == parts[1], "partitions by block differ");
+    println!("partitions by block: equal to the whole volume's");
     Ok(())
 }
