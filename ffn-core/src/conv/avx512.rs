@@ -236,3 +236,77 @@ pub(crate) unsafe fn accumulate_products(
         }
     }
 }
+
+/// `Bᵀ d` of [`super::winograd::input_transform`] on 16 lanes: the same expressions in the same
+/// order (a multiply and an add for every term, no fused multiply-add), so the same bits.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn input_transform(d: [__m512; 6]) -> [__m512; 6] {
+    let k = _mm512_set1_ps;
+    let (add, sub, mul) = (_mm512_add_ps, _mm512_sub_ps, _mm512_mul_ps);
+    [
+        add(sub(mul(k(4.0), d[0]), mul(k(5.0), d[2])), d[4]),
+        add(add(sub(mul(k(-4.0), d[1]), mul(k(4.0), d[2])), d[3]), d[4]),
+        add(sub(sub(mul(k(4.0), d[1]), mul(k(4.0), d[2])), d[3]), d[4]),
+        add(add(sub(mul(k(-2.0), d[1]), d[2]), mul(k(2.0), d[3])), d[4]),
+        add(sub(sub(mul(k(2.0), d[1]), d[2]), mul(k(2.0), d[3])), d[4]),
+        add(sub(mul(k(4.0), d[1]), mul(k(5.0), d[3])), d[5]),
+    ]
+}
+
+/// The F(4x4, 3x3) input transform of one padded plane, as
+/// [`super::winograd2d`]'s portable lanes compute it (bit for bit), for `c` a multiple of 16:
+/// `data` holds `dy` rows of `dx` voxels x `c` channels; the tile `t` (row-major over `ntx`
+/// columns) starts at voxel `(y0, x0) = (origin + 4 (t / ntx), origin + 4 (t % ntx))`; voxels
+/// beyond the plane count as zero; the 36 values of yx index `k` of tile `t` go to
+/// `chunk[(k * ntiles + t) * c + channel]`.
+///
+/// # Panics
+/// When `c` is not a multiple of 16 or a slice is shorter than that.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+pub(crate) fn winograd2d_input_plane(
+    dims: [usize; 2],
+    origin: usize,
+    tiles: [usize; 2],
+    c: usize,
+    data: &[f32],
+    relu: bool,
+    chunk: &mut [f32],
+) {
+    let ([dy, dx], [nty, ntx]) = (dims, tiles);
+    let ntiles = nty * ntx;
+    assert!(c.is_multiple_of(16), "winograd2d input: channels");
+    assert!(data.len() >= dy * dx * c, "winograd2d input: plane");
+    assert!(chunk.len() >= 36 * ntiles * c, "winograd2d input: chunk");
+    let zero = _mm512_setzero_ps();
+    let mut rows = [[zero; 6]; 6];
+    for t in 0..ntiles {
+        let (y0, x0) = (origin + 4 * (t / ntx), origin + 4 * (t % ntx));
+        let (ny, nx) = (dy.saturating_sub(y0).min(6), dx.saturating_sub(x0).min(6));
+        for c0 in (0..c).step_by(16) {
+            for (r, out) in rows.iter_mut().enumerate() {
+                let mut v = [zero; 6];
+                if r < ny {
+                    let at = ((y0 + r) * dx + x0) * c + c0;
+                    for (s, v) in v.iter_mut().enumerate().take(nx) {
+                        // SAFETY: x0 + s < dx and y0 + r < dy, so the 16 values at
+                        // ((y0 + r) * dx + x0 + s) * c + c0 lie inside data (asserted above).
+                        let x = unsafe { _mm512_loadu_ps(data.as_ptr().add(at + s * c)) };
+                        *v = if relu { _mm512_max_ps(x, zero) } else { x };
+                    }
+                }
+                *out = input_transform(v);
+            }
+            let at = t * c + c0;
+            for j in 0..6 {
+                let col = input_transform(core::array::from_fn(|r| rows[r][j]));
+                for (i, u) in col.into_iter().enumerate() {
+                    let o = ((i * 6 + j) * ntiles) * c + at;
+                    // SAFETY: o + 16 <= 36 * ntiles * c <= chunk.len() (asserted above).
+                    unsafe { _mm512_storeu_ps(chunk.as_mut_ptr().add(o), u) };
+                }
+            }
+        }
+    }
+}

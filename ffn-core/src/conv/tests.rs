@@ -656,3 +656,48 @@ fn winograd2d_matches_reference() {
         "winograd2d_matches_reference: worst error {worst:.2e} of the magnitude"
     ));
 }
+
+/// F(4x4, 3x3) forward gives the same bits on 1 to 5 threads: each thread transforms the input
+/// planes of its own run of output planes (a ring of three), so runs that start anywhere (inside
+/// a batch item, at its border planes, across two items) must see the same tap planes.
+#[cfg(all(feature = "std", feature = "rayon"))]
+#[test]
+fn winograd2d_is_the_same_on_any_thread_count() {
+    let mut rng = Rng::new(seed(16));
+    let p = Conv3dParams {
+        batch: 3,
+        size: [5, 9, 7],
+        kernel: 3,
+        in_channels: 32,
+        out_channels: 32,
+    };
+    let g = Padded::new(p.batch, p.size, 1);
+    let mut inp = vec![0.0; g.len(p.in_channels)];
+    g.pad_from(&uniform(&mut rng, p.input_len()), p.in_channels, &mut inp);
+    let (w, b) = (uniform(&mut rng, p.weights_len()), uniform(&mut rng, 32));
+    let fusion = winograd::Fusion {
+        relu_input: true,
+        bias: Some(&b),
+        relu: true,
+        residual: None,
+    };
+    for simd in levels_run_here("winograd2d_is_the_same_on_any_thread_count") {
+        let run = |threads: usize| {
+            crate::parallel::with_threads(threads, || {
+                let mut out = vec![f32::NAN; g.len(32)];
+                let mut scratch = winograd::WinogradScratch::new();
+                winograd2d::forward_fused(simd, &p, &g, &inp, &w, fusion, &mut out, &mut scratch);
+                out.into_iter().map(f32::to_bits).collect::<Vec<u32>>()
+            })
+            .expect("thread pool")
+        };
+        let one = run(1);
+        for threads in 2..=5 {
+            assert_eq!(
+                run(threads),
+                one,
+                "{simd}: {threads} threads differ from one"
+            );
+        }
+    }
+}

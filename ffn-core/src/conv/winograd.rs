@@ -106,7 +106,6 @@ impl WinogradScratch {
     /// The buffers of a forward pass, for [`super::winograd2d`].
     pub(super) fn buffers(&mut self) -> ForwardBuffers<'_> {
         ForwardBuffers {
-            input: &mut self.input,
             weights: &mut self.weights,
             sums: &mut self.sums,
         }
@@ -115,8 +114,6 @@ impl WinogradScratch {
 
 /// The buffers of [`WinogradScratch`] that a forward pass uses.
 pub(super) struct ForwardBuffers<'a> {
-    /// Transformed input.
-    pub input: &'a mut Vec<f32>,
     /// Transformed weights.
     pub weights: &'a mut Vec<f32>,
     /// Per-thread sums of one output plane.
