@@ -61,9 +61,9 @@ pub struct NetArgs {
     /// Seed of the weights and the synthetic batch.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Convolution algorithm of the 3x3x3 layers: `winograd` (F(4,3) along x, fewer
-    /// multiply-adds; forward passes by F(4x4,3x3) in y and x), `winograd1d` (F(4,3) for the
-    /// forward passes too) or `direct`. With
+    /// Convolution algorithm of the 3x3x3 layers: `winograd` (forward passes and input
+    /// gradients by F(4x4,3x3) in y and x, weight gradients by F(4,3) along x), `winograd1d`
+    /// (F(4,3) for all) or `direct`. With
     /// a Winograd algorithm the result is also compared with `direct`.
     #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     conv: ConvAlgorithm,

@@ -95,8 +95,9 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Convolution algorithm of the 3x3x3 layers: `winograd` (inference by F(4x4,3x3) in y and
-    /// x, 4x fewer multiply-adds than direct; training by F(4,3) along x, about 1.8x fewer;
+    /// Convolution algorithm of the 3x3x3 layers: `winograd` (forward passes and input gradients by
+    /// F(4x4,3x3) in y and x, 4x fewer multiply-adds than direct; weight gradients by F(4,3)
+    /// along x, about 1.8x fewer;
     /// rounding differences of order 1e-7; with AVX2 or AVX-512 for layers of 32k channels, the
     /// others run direct), `winograd1d` (F(4,3) everywhere) or `direct`.
     #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]

@@ -45,8 +45,9 @@ use core::ops::{Add, Mul, Sub};
 pub enum ConvAlgorithm {
     /// Winograd for 3x3x3 kernels where a SIMD kernel runs it ([`preferred`]: AVX2 and FMA or
     /// AVX-512F, multiples of 32 channels): the forward convs of inference by F(4x4, 3x3) over y
-    /// and x ([`super::winograd2d`], 4x fewer multiply-adds than direct), those of training and
-    /// the input gradients by F(4, 3) along x (about 1.8x fewer on 33-voxel rows); rounding
+    /// and x ([`super::winograd2d`], 4x fewer multiply-adds than direct), in training too, and
+    /// the input gradients likewise; the weight gradients by F(4, 3) along x (about 1.8x fewer
+    /// on 33-voxel rows); rounding
     /// differences of order 1e-6 relative. Other convs run directly.
     #[default]
     Winograd,

@@ -1,7 +1,8 @@
 //! Forward 3x3x3 convolutions by Winograd F(4x4, 3x3) over y and x, summed directly over z: 36
 //! multiply-adds per 16 outputs and `(z tap, input channel)` where the direct sum needs 144 (4x
 //! fewer; F(4, 3) along x alone saves 2x, see [`super::winograd`]): the forward passes of
-//! inference under [`super::winograd::ConvAlgorithm::Winograd`], the default; training keeps
+//! inference and training and the input gradients under
+//! [`super::winograd::ConvAlgorithm::Winograd`], the default; the weight gradients keep
 //! F(4, 3).
 //!
 //! # Implementation

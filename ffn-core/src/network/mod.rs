@@ -336,8 +336,8 @@ impl ConvStack3d {
         let d = self.cfg.depth;
         // Inference keeps no relu(x) for a backward pass: Winograd reads x through a fused ReLU.
         let fuse_relu = !ws.train && self.algorithm != ConvAlgorithm::Direct;
-        // Inference runs the forward convs by F(4x4, 3x3) under the default algorithm.
-        let two_axes = !ws.train && self.algorithm == ConvAlgorithm::Winograd;
+        // The default algorithm runs the forward convs by F(4x4, 3x3).
+        let two_axes = self.algorithm == ConvAlgorithm::Winograd;
         let wino = &mut ws.wino;
         layers::concat2_padded(&g, image, seed, &mut ws.input);
         let (l0, l1) = (&self.layers[0], &self.layers[1]);
@@ -468,7 +468,10 @@ impl ConvStack3d {
                 out_channels: p.in_channels,
                 ..p
             };
-            if self.winograd(&back) {
+            if self.winograd(&back) && self.algorithm == ConvAlgorithm::Winograd {
+                let plain = Fusion::default();
+                winograd2d::forward_fused(self.simd, &back, g, gout, f, plain, gin, wino);
+            } else if self.winograd(&back) {
                 winograd::forward(self.simd, &back, g, gout, f, None, false, gin, wino);
             } else {
                 fast::backward_input(self.simd, &p, g, gout, f, gin);
