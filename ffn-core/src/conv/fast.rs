@@ -323,7 +323,8 @@ pub fn backward_weights(
     let [_, _, dx] = g.dims();
     let plane = g.plane_voxels();
     let back = tap_back(g, k / 2);
-    let parts = super::plane_partials(g, cout, grad_out, wl, scratch, |idx, pw| {
+    let none = &mut Vec::new();
+    let parts = super::plane_partials(g, cout, grad_out, wl, scratch, none, 0, |idx, _, pw, _| {
         let row0 = idx * plane + rows.first;
         let gout = View {
             data: &grad_out[row0 * cout..],

@@ -274,18 +274,23 @@ pub(crate) fn accumulate_products(
 
 /// Per-thread partial sums of a weight gradient and of the bias gradient over the interior planes
 /// of `g`, the scheme both weight-gradient implementations share. The planes are split into one
-/// contiguous run per thread; for each plane (whole-buffer index `idx`), `plane_weights(idx, part)`
-/// adds its weight terms into the thread's `wl` weight values, and the plane's interior voxels of
-/// `grad_out` (`cout` channels) are summed into the thread's bias values. Returns the partials,
+/// contiguous run per thread; for each plane (whole-buffer index `idx`, after the run's plane
+/// `prev`), `plane_weights(idx, prev, part, scratch)` adds its weight terms into the thread's `wl`
+/// weight values, with `scratch_len` values of scratch of the thread's own (kept from plane to
+/// plane of the run; `scratch` grows to one such part per thread), and the plane's interior voxels
+/// of `grad_out` (`cout` channels) are summed into the thread's bias values. Returns the partials,
 /// `[thread][wl + cout]`; `partials` grows on first use and is reused afterwards. `g` must have at
 /// least one interior plane and `wl + cout` must be positive.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plane_partials<'a>(
     g: &crate::tensor::Padded,
     cout: usize,
     grad_out: &[f32],
     wl: usize,
     partials: &'a mut alloc::vec::Vec<f32>,
-    plane_weights: impl Fn(usize, &mut [f32]) + Sync + Send,
+    scratch: &mut alloc::vec::Vec<f32>,
+    scratch_len: usize,
+    plane_weights: impl Fn(usize, Option<usize>, &mut [f32], &mut [f32]) + Sync + Send,
 ) -> &'a [f32] {
     let plen = wl + cout;
     let (pad, [sz, sy, sx]) = (g.pad, g.size);
@@ -297,12 +302,14 @@ pub(crate) fn plane_partials<'a>(
         partials.resize(threads * plen, 0.0);
     }
     let parts = &mut partials[..threads * plen];
-    crate::parallel::for_each_chunk_mut(parts, plen, |t, part| {
+    let run = |t: usize, part: &mut [f32], scratch: &mut [f32]| {
         part.fill(0.0);
         let (pw, pb) = part.split_at_mut(wl);
+        let mut prev = None;
         for u in t * units / threads..(t + 1) * units / threads {
             let idx = (u / sz) * dz + u % sz + pad;
-            plane_weights(idx, pw);
+            plane_weights(idx, prev, pw, scratch);
+            prev = Some(idx);
             for y in pad..pad + sy {
                 let a = (idx * plane + y * dx + pad) * cout;
                 for v in grad_out[a..a + sx * cout].chunks_exact(cout) {
@@ -310,6 +317,15 @@ pub(crate) fn plane_partials<'a>(
                 }
             }
         }
-    });
+    };
+    if scratch_len == 0 {
+        crate::parallel::for_each_chunk_mut(parts, plen, |t, part| run(t, part, &mut []));
+    } else {
+        if scratch.len() < threads * scratch_len {
+            scratch.resize(threads * scratch_len, 0.0);
+        }
+        let scratch = &mut scratch[..threads * scratch_len];
+        crate::parallel::for_each_chunk_pair_mut(parts, plen, scratch, scratch_len, run);
+    }
     &partials[..threads * plen]
 }

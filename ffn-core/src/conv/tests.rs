@@ -701,3 +701,29 @@ fn winograd2d_is_the_same_on_any_thread_count() {
         }
     }
 }
+
+/// F(4, 3) forward and gradients against the reference on 1 to 5 threads: the weight gradient
+/// transforms each thread's input and gradient planes as its run of planes reaches them (a ring
+/// of three input planes), so runs that start inside a batch item or span two must still see
+/// the right planes.
+#[cfg(all(feature = "std", feature = "rayon"))]
+#[test]
+fn winograd_matches_reference_on_any_thread_count() {
+    let mut rng = Rng::new(seed(17));
+    let p = Conv3dParams {
+        batch: 3,
+        size: [5, 4, 7],
+        kernel: 3,
+        in_channels: 32,
+        out_channels: 32,
+    };
+    for simd in levels_run_here("winograd_matches_reference_on_any_thread_count") {
+        for threads in 1..=5 {
+            crate::parallel::with_threads(threads, || {
+                let mut scratch = winograd::WinogradScratch::new();
+                check_winograd(simd, &p, 1, &mut rng, &mut scratch);
+            })
+            .expect("thread pool");
+        }
+    }
+}

@@ -84,13 +84,13 @@ pub(super) const M: usize = 4;
 /// Transformed values per tile (`M + 3 - 1`).
 pub(super) const T: usize = 6;
 
-/// Buffers reused between calls: the transformed input, weights and output gradient, and the
-/// per-thread partial sums of the weight gradient. They grow on first use.
+/// Buffers reused between calls: the transformed input (of every plane for F(4, 3) forward, the
+/// per-thread rings of input and output-gradient planes of the weight gradient), the transformed
+/// weights, and the per-thread partial sums of the weight gradient. They grow on first use.
 #[derive(Clone, Debug, Default)]
 pub struct WinogradScratch {
     input: Vec<f32>,
     weights: Vec<f32>,
-    grad: Vec<f32>,
     partials: Vec<f32>,
     /// Per-thread sums of one output plane (forward).
     sums: Vec<f32>,
@@ -275,7 +275,7 @@ fn transform_rows<const N: usize>(
     zeros: &[f32],
     out: &mut [f32],
 ) {
-    let [dz, dy, dx] = g.dims();
+    let [dz, dy, _] = g.dims();
     let nt = tiles(g.size[2]);
     let plane_len = T * dy * nt * c;
     assert_eq!(
@@ -286,6 +286,27 @@ fn transform_rows<const N: usize>(
     assert_eq!(data.len(), g.len(c), "winograd: padded buffer length");
     assert!(zeros.len() >= c, "winograd: zero voxel");
     parallel::for_each_chunk_mut(out, plane_len, |plane, chunk| {
+        transform_plane_rows::<N>(g, c, data, plane, x0, &f, zeros, chunk);
+    });
+}
+
+/// Plane `plane` of [`transform_rows`] into its `chunk` (`[i][row][tile][c]`).
+#[allow(clippy::too_many_arguments)]
+fn transform_plane_rows<const N: usize>(
+    g: &Padded,
+    c: usize,
+    data: &[f32],
+    plane: usize,
+    x0: usize,
+    f: &impl Fn([f32; N]) -> [f32; T],
+    zeros: &[f32],
+    chunk: &mut [f32],
+) {
+    let [_, dy, dx] = g.dims();
+    let nt = tiles(g.size[2]);
+    assert_eq!(chunk.len(), T * dy * nt * c, "winograd: transformed plane");
+    assert!(zeros.len() >= c, "winograd: zero voxel");
+    {
         let mut it = chunk.chunks_exact_mut(dy * nt * c);
         let mut parts: [&mut [f32]; T] =
             core::array::from_fn(|_| it.next().expect("six transformed planes"));
@@ -310,10 +331,24 @@ fn transform_rows<const N: usize>(
                 }
             }
         }
-    });
+    }
 }
 
-/// The input of a conv, transformed by `Bᵀ` for [`forward`] and [`backward_weights`].
+/// Plane `plane` of the input of a conv, transformed by `Bᵀ` into `out` (`[i][row][tile][cin]`)
+/// for [`backward_weights`].
+fn transform_input_plane(
+    g: &Padded,
+    cin: usize,
+    input: &[f32],
+    plane: usize,
+    zeros: &[f32],
+    out: &mut [f32],
+) {
+    let f = input_transform::<f32>;
+    transform_plane_rows::<T>(g, cin, input, plane, g.pad - 1, &f, zeros, out);
+}
+
+/// The input of a conv, transformed by `Bᵀ` for [`forward`].
 /// With `relu`, the input is read through a ReLU (the fused activation of [`Fusion::relu_input`]).
 fn transform_input(
     g: &Padded,
@@ -752,50 +787,57 @@ pub fn backward_weights(
     if p.voxels() == 0 || cin == 0 || cout == 0 {
         return;
     }
-    let [dz, dy, _] = g.dims();
+    let dy = g.dims()[1];
     let nt = tiles(g.size[2]);
     let (pad, sy) = (g.pad, g.size[1]);
     let (rin, rout) = (nt * cin, nt * cout);
     let (iin, iout) = (dy * rin, dy * rout);
-    scratch.input.resize(g.batch * dz * T * iin, 0.0);
-    scratch.grad.resize(g.batch * dz * T * iout, 0.0);
+    let (lin, lgrad) = (T * iin, T * iout);
     scratch
         .zeros
         .resize(scratch.zeros.len().max(cin.max(cout)), 0.0);
-    transform_input(g, cin, input, false, &scratch.zeros, &mut scratch.input);
+    let wl = T * 9 * cin * cout;
+    let plen = wl + cout;
     let zeros = &scratch.zeros;
-    transform_rows::<M>(
+    // Per thread: the transformed input planes idx - 1, idx, idx + 1 in a ring of three (plane q
+    // in slot q % 3) and the transformed gradient of plane idx, made as the thread's run of
+    // planes reaches them, so that they are read back from the caches.
+    let (partials, ring) = (&mut scratch.partials, &mut scratch.input);
+    let parts = super::plane_partials(
         g,
         cout,
         grad_out,
-        pad,
-        grad_transform,
-        zeros,
-        &mut scratch.grad,
-    );
-    let wl = T * 9 * cin * cout;
-    let plen = wl + cout;
-    let (tin, tgrad) = (&scratch.input[..], &scratch.grad[..]);
-    let parts = super::plane_partials(g, cout, grad_out, wl, &mut scratch.partials, |idx, pw| {
-        for i in 0..T {
-            let rhs = View {
-                data: &tgrad[idx * T * iout + i * iout + pad * rout..][..sy * rout],
-                rs: cout,
-                cs: 1,
-            };
-            for q in 0..9 {
-                let (tz, ty) = (q / 3, q % 3);
-                let at = (idx + tz - 1) * T * iin + i * iin + (pad + ty - 1) * rin;
-                let lhs = View {
-                    data: &tin[at..][..sy * rin],
-                    rs: 1,
-                    cs: cin,
-                };
-                let dst = &mut pw[(i * 9 + q) * cin * cout..][..cin * cout];
-                super::accumulate_products(simd, cin, cout, sy * nt, dst, cout, lhs, rhs);
+        wl,
+        partials,
+        ring,
+        3 * lin + lgrad,
+        |idx, prev, pw, ring| {
+            let (tin, tgrad) = ring.split_at_mut(3 * lin);
+            let from = prev.map_or(idx - 1, |p| (p + 2).max(idx - 1));
+            for q in from..=idx + 1 {
+                transform_input_plane(g, cin, input, q, zeros, &mut tin[(q % 3) * lin..][..lin]);
             }
-        }
-    });
+            transform_plane_rows::<M>(g, cout, grad_out, idx, pad, &grad_transform, zeros, tgrad);
+            for i in 0..T {
+                let rhs = View {
+                    data: &tgrad[i * iout + pad * rout..][..sy * rout],
+                    rs: cout,
+                    cs: 1,
+                };
+                for q in 0..9 {
+                    let (tz, ty) = (q / 3, q % 3);
+                    let at = ((idx + tz - 1) % 3) * lin + i * iin + (pad + ty - 1) * rin;
+                    let lhs = View {
+                        data: &tin[at..][..sy * rin],
+                        rs: 1,
+                        cs: cin,
+                    };
+                    let dst = &mut pw[(i * 9 + q) * cin * cout..][..cin * cout];
+                    super::accumulate_products(simd, cin, cout, sy * nt, dst, cout, lhs, rhs);
+                }
+            }
+        },
+    );
     for part in parts.chunks_exact(plen) {
         grad_b
             .iter_mut()
