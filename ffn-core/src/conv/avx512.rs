@@ -310,3 +310,104 @@ pub(crate) fn winograd2d_input_plane(
         }
     }
 }
+
+/// `Aᵀ m` of [`super::winograd::output_transform`] on 16 lanes, the same expressions in the same
+/// order (so the same bits).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn output_transform(m: [__m512; 6]) -> [__m512; 4] {
+    let k = _mm512_set1_ps;
+    let (add, sub, mul) = (_mm512_add_ps, _mm512_sub_ps, _mm512_mul_ps);
+    let (s12, d12) = (add(m[1], m[2]), sub(m[1], m[2]));
+    let (s34, d34) = (add(m[3], m[4]), sub(m[3], m[4]));
+    [
+        add(add(m[0], s12), s34),
+        add(d12, mul(k(2.0), d34)),
+        add(s12, mul(k(4.0), s34)),
+        add(add(d12, mul(k(8.0), d34)), m[5]),
+    ]
+}
+
+/// The element-wise work after a conv's sums, in this order: bias, ReLU, residual (the order of
+/// [`super::winograd::Fusion`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Finish<'a> {
+    /// Bias `[cout]`.
+    pub bias: Option<&'a [f32]>,
+    /// ReLU after the bias.
+    pub relu: bool,
+    /// The plane of the residual, laid out as the output plane.
+    pub residual: Option<&'a [f32]>,
+}
+
+/// The F(4x4, 3x3) output transform of one plane, as [`super::winograd2d`]'s portable lanes and
+/// its element-wise pass compute it (bit for bit), for `cout` a multiple of 16: `sums` holds
+/// `[tile][yx index (36)][cout]` for the tiles of the `size = [sy, sx]` interior (row-major,
+/// 4 x 4 outputs each); output `(y, x)` of the interior goes to
+/// `chunk[((pad + y) * dx + pad + x) * cout + o]`, through `finish`. The border is not written.
+///
+/// # Panics
+/// When `cout` is not a multiple of 16 or a slice is shorter than that.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn winograd2d_inverse_plane(
+    dx: usize,
+    pad: usize,
+    size: [usize; 2],
+    cout: usize,
+    sums: &[f32],
+    finish: Finish<'_>,
+    chunk: &mut [f32],
+) {
+    let [sy, sx] = size;
+    let ntx = sx.div_ceil(4);
+    let ntiles = sy.div_ceil(4) * ntx;
+    assert!(cout.is_multiple_of(16), "winograd2d inverse: channels");
+    assert!(sums.len() >= ntiles * 36 * cout, "winograd2d inverse: sums");
+    let end = ((pad + sy) * dx) * cout;
+    assert!(chunk.len() >= end, "winograd2d inverse: plane");
+    if let Some(b) = finish.bias {
+        assert!(b.len() >= cout, "winograd2d inverse: bias");
+    }
+    if let Some(r) = finish.residual {
+        assert!(r.len() >= end, "winograd2d inverse: residual");
+    }
+    let zero = _mm512_setzero_ps();
+    let mut rows = [[zero; 4]; 6];
+    for t in 0..ntiles {
+        let (ty, tx) = (4 * (t / ntx), 4 * (t % ntx));
+        let (vy, vx) = ((sy - ty).min(4), (sx - tx).min(4));
+        let tile = &sums[t * 36 * cout..][..36 * cout];
+        for o0 in (0..cout).step_by(16) {
+            for (i, out) in rows.iter_mut().enumerate() {
+                // SAFETY: (i * 6 + j) * cout + o0 + 16 <= 36 * cout = tile.len().
+                let v = core::array::from_fn(|j| unsafe {
+                    _mm512_loadu_ps(tile.as_ptr().add((i * 6 + j) * cout + o0))
+                });
+                *out = output_transform(v);
+            }
+            // SAFETY: o0 + 16 <= cout <= bias.len() (asserted above).
+            let bias = finish
+                .bias
+                .map(|b| unsafe { _mm512_loadu_ps(b.as_ptr().add(o0)) });
+            for q in 0..vx {
+                let col = output_transform(core::array::from_fn(|i| rows[i][q]));
+                for (u, mut v) in col.into_iter().enumerate().take(vy) {
+                    let at = ((pad + ty + u) * dx + pad + tx + q) * cout + o0;
+                    if let Some(b) = bias {
+                        v = _mm512_add_ps(v, b);
+                    }
+                    if finish.relu {
+                        v = _mm512_max_ps(v, zero);
+                    }
+                    if let Some(r) = finish.residual {
+                        // SAFETY: at + 16 <= end <= r.len() (y < sy, x < sx; asserted above).
+                        v = _mm512_add_ps(v, unsafe { _mm512_loadu_ps(r.as_ptr().add(at)) });
+                    }
+                    // SAFETY: at + 16 <= end <= chunk.len() (asserted above).
+                    unsafe { _mm512_storeu_ps(chunk.as_mut_ptr().add(at), v) };
+                }
+            }
+        }
+    }
+}

@@ -108,8 +108,17 @@ impl core::ops::Mul<Lanes> for f32 {
     }
 }
 
-/// Weights `[3, 3, 3, in, out]` into `[yx index][z tap][in][out]` (`36 * 3 * in * out` values).
-fn transform_weights(p: &Conv3dParams, w: &[f32], out: &mut [f32]) {
+/// Values of the transformed weights of conv `p` ([`transform_weights`]).
+pub fn transformed_weights_len(p: &Conv3dParams) -> usize {
+    TT * 3 * p.in_channels * p.out_channels
+}
+
+/// Weights `[3, 3, 3, in, out]` into `[yx index][z tap][in][out]` (`36 * 3 * in * out` values),
+/// the form [`forward_fused_with`] takes; independent of the SIMD level, batch and size.
+///
+/// # Panics
+/// When a length does not match `p`.
+pub fn transform_weights(p: &Conv3dParams, w: &[f32], out: &mut [f32]) {
     let (ci, co) = (p.in_channels, p.out_channels);
     assert_eq!(w.len(), p.weights_len(), "winograd2d: weights length");
     assert_eq!(
@@ -211,6 +220,27 @@ pub fn forward_fused(
     out: &mut [f32],
     scratch: &mut WinogradScratch,
 ) {
+    forward_fused_with(simd, p, g, input, weights, None, fusion, out, scratch);
+}
+
+/// [`forward_fused`] with the weights already transformed where `transformed` is given (by
+/// [`transform_weights`] from `weights`, e.g. kept between the calls of an inference run, whose
+/// weights do not change): the same bits without the transform.
+///
+/// # Panics
+/// As [`forward_fused`]; also when `transformed` has not [`transformed_weights_len`] values.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_fused_with(
+    simd: Simd,
+    p: &Conv3dParams,
+    g: &Padded,
+    input: &[f32],
+    weights: &[f32],
+    transformed: Option<&[f32]>,
+    fusion: Fusion<'_>,
+    out: &mut [f32],
+    scratch: &mut WinogradScratch,
+) {
     let (cin, cout) = (p.in_channels, p.out_channels);
     let kernels = super::simd_kernels(cout, simd).filter(|_| p.voxels() > 0 && cin > 0);
     let Some(kernels) = kernels else {
@@ -221,9 +251,21 @@ pub fn forward_fused(
     let ntiles = winograd::tiles(g.size[1]) * winograd::tiles(g.size[2]);
     let plane_len = TT * ntiles * cin;
     let buffers = scratch.buffers();
-    buffers.weights.resize(TT * 3 * cin * cout, 0.0);
-    transform_weights(p, weights, buffers.weights);
-    let tw = &buffers.weights[..];
+    let tw = match transformed {
+        Some(tw) => {
+            assert_eq!(
+                tw.len(),
+                transformed_weights_len(p),
+                "winograd2d: transformed weights"
+            );
+            tw
+        }
+        None => {
+            buffers.weights.resize(transformed_weights_len(p), 0.0);
+            transform_weights(p, weights, buffers.weights);
+            &buffers.weights[..]
+        }
+    };
     let plane = g.plane_voxels();
     let sums_len = ntiles * TT * cout;
     for_each_plane_run(
@@ -254,12 +296,11 @@ pub fn forward_fused(
                     &ring[(q % 3) * plane_len..][..plane_len]
                 });
                 plane_products(kernels, taps, tw, cin, cout, ntiles, sums);
-                inverse_plane_for(kernels, g, cout, sums, chunk);
-                g.zero_plane_border(chunk, zp, cout);
                 let residual = fusion
                     .residual
                     .map(|r| &r[idx * plane * cout..][..plane * cout]);
-                finish_plane(g, cout, fusion, residual, chunk);
+                inverse_and_finish(kernels, g, cout, sums, fusion, residual, chunk);
+                g.zero_plane_border(chunk, zp, cout);
             }
         },
     );
@@ -393,6 +434,36 @@ fn inverse_plane(g: &Padded, cout: usize, sums: &[f32], chunk: &mut [f32]) {
             }
         }
     }
+}
+
+/// The outputs of one interior plane from its sums ([`inverse_plane`]), then the bias, ReLU and
+/// residual of `fusion` ([`finish_plane`]): in one pass with the AVX-512 kernels (the same bits).
+#[allow(clippy::too_many_arguments)]
+fn inverse_and_finish(
+    kernels: Kernels,
+    g: &Padded,
+    cout: usize,
+    sums: &[f32],
+    fusion: Fusion<'_>,
+    residual: Option<&[f32]>,
+    chunk: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if kernels == Kernels::Avx512 && cout.is_multiple_of(L) {
+        let finish = super::avx512::Finish {
+            bias: fusion.bias,
+            relu: fusion.relu,
+            residual,
+        };
+        let (dx, size) = (g.dims()[2], [g.size[1], g.size[2]]);
+        // SAFETY: Kernels::Avx512 comes from simd_kernels, which detected AVX-512F.
+        unsafe {
+            super::avx512::winograd2d_inverse_plane(dx, g.pad, size, cout, sums, finish, chunk);
+        }
+        return;
+    }
+    inverse_plane_for(kernels, g, cout, sums, chunk);
+    finish_plane(g, cout, fusion, residual, chunk);
 }
 
 /// Bias, ReLU and the residual of `fusion`, in that order, over the interior rows of one plane.

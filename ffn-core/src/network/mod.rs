@@ -73,6 +73,9 @@ struct Workspace {
     partials: Vec<f32>,
     /// Transformed inputs and weights of the Winograd convolutions.
     wino: WinogradScratch,
+    /// Per layer: its weights transformed for F(4x4, 3x3) (empty until first used), kept while
+    /// the parameters do not change ([`ConvStack3d::params_mut`] clears them).
+    transformed: Vec<Vec<f32>>,
 }
 
 impl Workspace {
@@ -101,6 +104,7 @@ impl Workspace {
             flipped: g(max_wlen),
             partials: Vec::new(),
             wino: WinogradScratch::new(),
+            transformed: vec![Vec::new(); 2 * d + 1],
         }
     }
 }
@@ -237,7 +241,7 @@ impl ConvStack3d {
     #[allow(clippy::too_many_arguments)]
     fn conv_forward(
         &self,
-        wino: &mut WinogradScratch,
+        (wino, transformed): (&mut WinogradScratch, &mut Vec<f32>),
         l: &Layer,
         g: &Padded,
         input: &[f32],
@@ -258,7 +262,12 @@ impl ConvStack3d {
                 residual,
             };
             if two_axes {
-                winograd2d::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);
+                if transformed.is_empty() {
+                    transformed.resize(winograd2d::transformed_weights_len(&p), 0.0);
+                    winograd2d::transform_weights(&p, w, transformed);
+                }
+                let tw = Some(&transformed[..]);
+                winograd2d::forward_fused_with(self.simd, &p, g, input, w, tw, fusion, out, wino);
             } else {
                 winograd::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);
             }
@@ -286,6 +295,9 @@ impl ConvStack3d {
 
     /// The flat parameters, for optimisers and for loading weights.
     pub fn params_mut(&mut self) -> &mut [f32] {
+        if let Some(ws) = &mut self.ws {
+            ws.transformed.iter_mut().for_each(Vec::clear);
+        }
         &mut self.params
     }
 
@@ -338,14 +350,22 @@ impl ConvStack3d {
         let fuse_relu = !ws.train && self.algorithm != ConvAlgorithm::Direct;
         // The default algorithm runs the forward convs by F(4x4, 3x3).
         let two_axes = self.algorithm == ConvAlgorithm::Winograd;
-        let wino = &mut ws.wino;
+        let (wino, tws) = (&mut ws.wino, &mut ws.transformed);
         layers::concat2_padded(&g, image, seed, &mut ws.input);
         let (l0, l1) = (&self.layers[0], &self.layers[1]);
         self.conv_forward(
-            wino, l0, &g, &ws.input, false, true, None, two_axes, &mut ws.h,
+            (&mut *wino, &mut tws[0]),
+            l0,
+            &g,
+            &ws.input,
+            false,
+            true,
+            None,
+            two_axes,
+            &mut ws.h,
         );
         self.conv_forward(
-            wino,
+            (&mut *wino, &mut tws[1]),
             l1,
             &g,
             &ws.h,
@@ -361,7 +381,7 @@ impl ConvStack3d {
             let (la, lb) = (&self.layers[2 * m], &self.layers[2 * m + 1]);
             if fuse_relu && self.winograd(&la.conv(g.batch, g.size)) {
                 self.conv_forward(
-                    wino,
+                    (&mut *wino, &mut tws[2 * m]),
                     la,
                     &g,
                     &ws.xs[xi],
@@ -374,7 +394,7 @@ impl ConvStack3d {
             } else {
                 layers::relu(&ws.xs[xi], &mut ws.rs[ri]);
                 self.conv_forward(
-                    wino,
+                    (&mut *wino, &mut tws[2 * m]),
                     la,
                     &g,
                     &ws.rs[ri],
@@ -387,7 +407,7 @@ impl ConvStack3d {
             }
             let (prev, next) = pair(&mut ws.xs, xi, m % nx);
             self.conv_forward(
-                wino,
+                (&mut *wino, &mut tws[2 * m + 1]),
                 lb,
                 &g,
                 &ws.us[ui],
@@ -402,7 +422,7 @@ impl ConvStack3d {
         layers::relu(&ws.xs[(d - 1) % nx], &mut ws.rs[rl]);
         let lom = &self.layers[2 * d];
         self.conv_forward(
-            wino,
+            (&mut *wino, &mut tws[2 * d]),
             lom,
             &g,
             &ws.rs[rl],

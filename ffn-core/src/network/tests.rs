@@ -342,3 +342,33 @@ fn backward_matches_reference_composition() {
         }
     }
 }
+
+/// The F(4x4, 3x3) weights kept between forward passes follow the parameters: after
+/// `params_mut` changes them, a forward pass gives the bits of a network built with the new
+/// parameters (and differs from the pass before, so the check can fail).
+#[test]
+fn kept_transformed_weights_follow_parameter_changes() {
+    let cfg = ModelConfig {
+        depth: 2,
+        features: 32,
+        fov: [5, 7, 9],
+        deltas: [1, 1, 1],
+    };
+    let mut rng = Rng::new(seed(31));
+    let mut net = ConvStack3d::new(cfg, 0.1, &mut rng);
+    let n = net.fov_voxels();
+    let (image, seedv, _) = inputs(&mut rng, n);
+    let forward = |net: &mut ConvStack3d| {
+        let mut out = vec![0.0; n];
+        net.forward(&image, &seedv, 1, &mut out);
+        out.into_iter().map(f32::to_bits).collect::<Vec<u32>>()
+    };
+    let before = forward(&mut net);
+    assert_eq!(forward(&mut net), before, "a second pass with kept weights");
+    net.params_mut().iter_mut().for_each(|w| *w *= 1.5);
+    let after = forward(&mut net);
+    assert_ne!(after, before, "the parameters changed");
+    let mut fresh = ConvStack3d::from_params(cfg, net.params().to_vec()).expect("same config");
+    fresh.set_simd(net.simd());
+    assert_eq!(after, forward(&mut fresh), "kept weights went stale");
+}
