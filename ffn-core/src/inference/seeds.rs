@@ -55,12 +55,12 @@ fn strides(shape: [usize; 3]) -> [usize; 3] {
     [shape[1] * shape[2], shape[2], 1]
 }
 
-/// Applies `f(line_in, line_out)` to every line of `input` along `axis`, writing `output`.
+/// Replaces every line of `data` along `axis` by `f(line_in, line_out)` (the line is copied
+/// aside first, so `f` reads the old values while the new ones are written).
 fn for_lines(
-    input: &[f32],
+    data: &mut [f32],
     shape: [usize; 3],
     axis: usize,
-    output: &mut [f32],
     mut f: impl FnMut(&[f32], &mut [f32]),
 ) {
     let st = strides(shape);
@@ -72,11 +72,11 @@ fn for_lines(
         for j in 0..shape[others[1]] {
             let base = i * st[others[0]] + j * st[others[1]];
             for (k, l) in line.iter_mut().enumerate() {
-                *l = input[base + k * st[axis]];
+                *l = data[base + k * st[axis]];
             }
             f(&line, &mut out);
             for (k, &o) in out.iter().enumerate() {
-                output[base + k * st[axis]] = o;
+                data[base + k * st[axis]] = o;
             }
         }
     }
@@ -84,22 +84,21 @@ fn for_lines(
 
 /// scipy `correlate1d` of a symmetric (`antisymmetric == false`, `w[r + j] == w[r - j]`) or
 /// antisymmetric kernel `w` of length `2r + 1` along `axis`, mode reflect, accumulating in f64 in
-/// scipy's order and rounding to f32.
+/// scipy's order and rounding to f32; in place (one line buffer, no second volume).
 fn correlate_axis(
-    input: &[f32],
+    data: &mut [f32],
     shape: [usize; 3],
     axis: usize,
     w: &[f64],
     antisymmetric: bool,
-) -> Vec<f32> {
+) {
     let r = w.len() / 2;
     let n = shape[axis];
-    let mut output = vec![0f32; input.len()];
     if n == 0 {
-        return output;
+        return;
     }
     let mut ext = vec![0f64; n + 2 * r];
-    for_lines(input, shape, axis, &mut output, |line, out| {
+    for_lines(data, shape, axis, |line, out| {
         for (k, e) in ext.iter_mut().enumerate() {
             *e = line[reflect(k as i64 - r as i64, n)] as f64;
         }
@@ -116,7 +115,6 @@ fn correlate_axis(
             *o = acc as f32;
         }
     });
-    output
 }
 
 /// The 3D Sobel gradient magnitude (scipy `generic_gradient_magnitude(image, sobel)`): for each
@@ -124,10 +122,12 @@ fn correlate_axis(
 /// are summed in f32 and square-rooted.
 pub fn sobel_magnitude(image: &[f32], shape: [usize; 3]) -> Vec<f32> {
     let mut acc = vec![0f32; image.len()];
+    let mut d = vec![0f32; image.len()];
     for axis in 0..3 {
-        let mut d = correlate_axis(image, shape, axis, &[-1.0, 0.0, 1.0], true);
+        d.copy_from_slice(image);
+        correlate_axis(&mut d, shape, axis, &[-1.0, 0.0, 1.0], true);
         for other in (0..3).filter(|&a| a != axis) {
-            d = correlate_axis(&d, shape, other, &[1.0, 2.0, 1.0], false);
+            correlate_axis(&mut d, shape, other, &[1.0, 2.0, 1.0], false);
         }
         for (a, &v) in acc.iter_mut().zip(&d) {
             *a += v * v;
@@ -175,7 +175,7 @@ pub fn gaussian_blur(image: &[f32], shape: [usize; 3], sigma: f64) -> Vec<f32> {
     let w = gaussian_kernel(sigma);
     let mut v = image.to_vec();
     for axis in 0..3 {
-        v = correlate_axis(&v, shape, axis, &w, false);
+        correlate_axis(&mut v, shape, axis, &w, false);
     }
     v
 }
@@ -340,23 +340,44 @@ fn max_filter_axis(v: &mut [f64], shape: [usize; 3], axis: usize, r: usize) {
 /// half-size `min_distance` around them (clipped at the volume border), strictly above
 /// `threshold`, and at least `min_distance` from every border (skimage's `peak_local_max` with
 /// `exclude_border`). Returned in `[z, y, x]` lexicographic order.
+///
+/// Memory: the maxima over y and x of the `2 min_distance + 1` planes around the current one, not
+/// a filtered copy of the volume (the maximum of a cube does not depend on the order of the axes).
 pub fn local_maxima(
     v: &[f64],
     shape: [usize; 3],
     min_distance: usize,
     threshold: f64,
 ) -> Vec<[usize; 3]> {
-    let mut m = v.to_vec();
-    for axis in 0..3 {
-        max_filter_axis(&mut m, shape, axis, min_distance);
-    }
-    let mut out = Vec::new();
     let md = min_distance;
-    for z in md..shape[0].saturating_sub(md) {
+    let (plane, window) = (shape[1] * shape[2], 2 * md + 1);
+    let mut out = Vec::new();
+    if shape[0] < window {
+        return out;
+    }
+    // Plane z, filtered along y and x, lives in slot z % window.
+    let mut ring = vec![0f64; window * plane];
+    let filtered = |z: usize, slot: &mut [f64]| {
+        slot.copy_from_slice(&v[z * plane..][..plane]);
+        for axis in [1, 2] {
+            max_filter_axis(slot, [1, shape[1], shape[2]], axis, md);
+        }
+    };
+    for z in 0..2 * md {
+        filtered(z, &mut ring[(z % window) * plane..][..plane]);
+    }
+    let mut m = vec![0f64; plane];
+    for z in md..shape[0] - md {
+        let newest = z + md;
+        filtered(newest, &mut ring[(newest % window) * plane..][..plane]);
+        m.copy_from_slice(&ring[..plane]);
+        for slot in ring.chunks_exact(plane).skip(1) {
+            m.iter_mut().zip(slot).for_each(|(m, s)| *m = m.max(*s));
+        }
         for y in md..shape[1].saturating_sub(md) {
             for x in md..shape[2].saturating_sub(md) {
-                let i = (z * shape[1] + y) * shape[2] + x;
-                if v[i] == m[i] && v[i] > threshold {
+                let (i, j) = (y * shape[2] + x, (z * shape[1] + y) * shape[2] + x);
+                if v[j] == m[i] && v[j] > threshold {
                     out.push([z, y, x]);
                 }
             }
