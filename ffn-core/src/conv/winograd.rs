@@ -468,7 +468,7 @@ pub fn forward_fused(
         out,
         &mut scratch.sums,
         sy * plane_sums,
-        |idx, zp, chunk, sums| {
+        |idx, _, zp, chunk, sums| {
             // Offset of tap row (tz, ty) of output row y (padded coordinates), transformed index 0.
             let tap_row = |tz: usize, ty: usize, y: usize| {
                 (idx + tz - 1) * T * istride + (y + ty - 1) * row_len
@@ -526,9 +526,10 @@ pub(super) fn check_fused(
     }
 }
 
-/// Calls `f(idx, zp, chunk, sums)` for every interior plane of `out` (padded, `cout` channels;
-/// `idx` its whole-buffer plane index, `zp` its z within its volume) and zero-fills the border
-/// planes. Each thread takes a contiguous run of planes and keeps the `sums_len` sums of one
+/// Calls `f(idx, prev, zp, chunk, sums)` for every interior plane of `out` (padded, `cout`
+/// channels; `idx` its whole-buffer plane index, `prev` the interior plane the same thread
+/// computed before it, `zp` its z within its volume) and zero-fills the border planes. Each
+/// thread takes a contiguous run of planes and keeps `sums_len` values of its own from plane to
 /// plane (`sums` grows to one such buffer per thread).
 pub(super) fn for_each_output_plane(
     g: &Padded,
@@ -536,7 +537,7 @@ pub(super) fn for_each_output_plane(
     out: &mut [f32],
     sums: &mut Vec<f32>,
     sums_len: usize,
-    f: impl Fn(usize, usize, &mut [f32], &mut [f32]) + Sync + Send,
+    f: impl Fn(usize, Option<usize>, usize, &mut [f32], &mut [f32]) + Sync + Send,
 ) {
     let dz = g.dims()[0];
     let plane = g.plane_voxels();
@@ -545,16 +546,26 @@ pub(super) fn for_each_output_plane(
     let per = planes.div_ceil(threads);
     sums.resize(threads * sums_len, 0.0);
     parallel::for_each_chunk_pair_mut(out, per * plane * cout, sums, sums_len, |th, run, sums| {
+        let mut prev = None;
         for (k, chunk) in run.chunks_exact_mut(plane * cout).enumerate() {
             let idx = th * per + k;
             let zp = idx % dz;
             if zp < g.pad || zp >= g.pad + g.size[0] {
                 chunk.fill(0.0);
             } else {
-                f(idx, zp, chunk, sums);
+                f(idx, prev, zp, chunk, sums);
+                prev = Some(idx);
             }
         }
     });
+}
+
+/// The input planes to transform before output plane `idx` when a thread keeps the transformed
+/// tap planes `idx - 1`, `idx`, `idx + 1` in a ring of three (plane `q` in slot `q % 3`) and the
+/// previous plane of its run was `prev`: all three at the start of a run or after a jump, the
+/// newest one alone after the plane before.
+pub(super) fn ring_planes(idx: usize, prev: Option<usize>) -> core::ops::RangeInclusive<usize> {
+    prev.map_or(idx - 1, |p| (p + 2).max(idx - 1))..=idx + 1
 }
 
 /// Interior of `out` set to `act(bias)` (the conv of an empty input).
@@ -813,8 +824,7 @@ pub fn backward_weights(
         3 * lin + lgrad,
         |idx, prev, pw, ring| {
             let (tin, tgrad) = ring.split_at_mut(3 * lin);
-            let from = prev.map_or(idx - 1, |p| (p + 2).max(idx - 1));
-            for q in from..=idx + 1 {
+            for q in ring_planes(idx, prev) {
                 transform_input_plane(g, cin, input, q, zeros, &mut tin[(q % 3) * lin..][..lin]);
             }
             transform_plane_rows::<M>(g, cout, grad_out, idx, pad, &grad_transform, zeros, tgrad);

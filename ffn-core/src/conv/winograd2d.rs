@@ -27,7 +27,6 @@
 
 use super::winograd::{self, Fusion, M, T, WinogradScratch};
 use super::{Conv3dParams, Kernels, Simd};
-use crate::parallel;
 use crate::tensor::Padded;
 
 /// Transformed values per 2D tile.
@@ -268,81 +267,31 @@ pub fn forward_fused_with(
     };
     let plane = g.plane_voxels();
     let sums_len = ntiles * TT * cout;
-    for_each_plane_run(
+    // Per thread: the plane sums, and the transformed tap planes idx - 1, idx, idx + 1 in a ring
+    // of three (plane q in slot q % 3): each plane of a run is transformed once, while it is in
+    // the caches.
+    winograd::for_each_output_plane(
         g,
         cout,
         out,
         buffers.sums,
         sums_len + 3 * plane_len,
-        |run| {
-            // The transformed tap planes idx - 1, idx, idx + 1 in a ring of three (plane q in slot
-            // q % 3): each plane of the run is transformed once, while it is in the caches.
-            let (sums, ring) = run.scratch.split_at_mut(sums_len);
-            let mut newest = None;
-            for (k, chunk) in run.planes.chunks_exact_mut(plane * cout).enumerate() {
-                let idx = run.first + k;
-                let zp = idx % g.dims()[0];
-                if zp < g.pad || zp >= g.pad + g.size[0] {
-                    chunk.fill(0.0);
-                    continue;
-                }
-                for q in newest.map_or(idx - 1, |n: usize| n + 1)..=idx + 1 {
-                    let slot = &mut ring[(q % 3) * plane_len..][..plane_len];
-                    transform_input_plane(kernels, g, cin, input, q, fusion.relu_input, slot);
-                }
-                newest = Some(idx + 1);
-                let taps = core::array::from_fn(|tz| {
-                    let q = idx + tz - 1;
-                    &ring[(q % 3) * plane_len..][..plane_len]
-                });
-                plane_products(kernels, taps, tw, cin, cout, ntiles, sums);
-                let residual = fusion
-                    .residual
-                    .map(|r| &r[idx * plane * cout..][..plane * cout]);
-                inverse_and_finish(kernels, g, cout, sums, fusion, residual, chunk);
-                g.zero_plane_border(chunk, zp, cout);
+        |idx, prev, zp, chunk, scratch| {
+            let (sums, ring) = scratch.split_at_mut(sums_len);
+            for q in winograd::ring_planes(idx, prev) {
+                let slot = &mut ring[(q % 3) * plane_len..][..plane_len];
+                transform_input_plane(kernels, g, cin, input, q, fusion.relu_input, slot);
             }
-        },
-    );
-}
-
-/// A contiguous run of output planes that one thread computes, with its own scratch.
-struct PlaneRun<'a> {
-    /// Whole-buffer index of the first plane of the run.
-    first: usize,
-    /// The run's planes (padded, `cout` channels each).
-    planes: &'a mut [f32],
-    /// The thread's scratch.
-    scratch: &'a mut [f32],
-}
-
-/// Calls `f` once per thread with a contiguous run of the planes of `out` (padded, `cout`
-/// channels) and `scratch_len` values of scratch of its own (`scratch` grows to one such part
-/// per thread).
-fn for_each_plane_run(
-    g: &Padded,
-    cout: usize,
-    out: &mut [f32],
-    scratch: &mut Vec<f32>,
-    scratch_len: usize,
-    f: impl Fn(PlaneRun<'_>) + Sync + Send,
-) {
-    let plane = g.plane_voxels();
-    let planes = g.batch * g.dims()[0];
-    let threads = parallel::current_num_threads().clamp(1, planes);
-    let per = planes.div_ceil(threads);
-    scratch.resize(threads * scratch_len, 0.0);
-    parallel::for_each_chunk_pair_mut(
-        out,
-        per * plane * cout,
-        scratch,
-        scratch_len,
-        |th, planes, scratch| {
-            f(PlaneRun {
-                first: th * per,
-                planes,
-                scratch,
-            })
+            let taps = core::array::from_fn(|tz| {
+                let q = idx + tz - 1;
+                &ring[(q % 3) * plane_len..][..plane_len]
+            });
+            plane_products(kernels, taps, tw, cin, cout, ntiles, sums);
+            let residual = fusion
+                .residual
+                .map(|r| &r[idx * plane * cout..][..plane * cout]);
+            inverse_and_finish(kernels, g, cout, sums, fusion, residual, chunk);
+            g.zero_plane_border(chunk, zp, cout);
         },
     );
 }
