@@ -186,6 +186,45 @@ fn resume_refuses_a_changed_configuration_and_bad_inputs_are_named() {
         err.contains("learning_rate") && err.contains("cannot resume"),
         "{err}"
     );
+    // The weight initialisation is part of the configuration: a truncated-normal run's checkpoint
+    // does not resume as a Glorot run, and a Glorot run's checkpoint resumes only as one.
+    let o = train(
+        &common,
+        &[
+            "--out",
+            &out,
+            "--max-steps",
+            "10",
+            "--resume",
+            "--init",
+            "glorot-uniform",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("init"), "{err}");
+    let glorot = dir.path().join("g").display().to_string();
+    let g = |steps: &str, resume: bool| {
+        let mut extra = vec![
+            "--out",
+            &glorot,
+            "--max-steps",
+            steps,
+            "--init",
+            "glorot-uniform",
+        ];
+        extra.extend(resume.then_some("--resume"));
+        train(&common, &extra)
+    };
+    let o = g("3", false);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = g("5", true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = train(&common, &["--out", &glorot, "--max-steps", "7", "--resume"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("init_stddev") && err.contains("cannot resume"),
+        "{err}"
+    );
     // A coordinate file naming a volume that was not given.
     let mut other = common.clone();
     let i = other.iter().position(|a| a == "--image").unwrap();

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use ffn_core::model_spec::ModelConfig;
+use ffn_core::network::WeightInit;
 use ffn_core::training::augmentation::AugmentConfig;
 use ffn_core::training::examples::FovPolicy;
 use ffn_io::training::{LogFormat, OptimizerKind, Start, TrainOptions, TrainingRun, VolumeReads};
@@ -129,6 +130,10 @@ pub struct Args {
     /// Also permute z with y and x (isotropic data only).
     #[arg(long)]
     pub permute_z: bool,
+    /// How fresh weights are drawn: glorot-uniform (google/ffn's code default) or
+    /// truncated-normal (stddev --init-stddev, as google/ffn's released FIB-25 model).
+    #[arg(long, value_enum, default_value_t = InitArg::TruncatedNormal)]
+    pub init: InitArg,
     /// Stddev of the truncated-normal weight init.
     #[arg(long, default_value_t = 0.01)]
     pub init_stddev: f32,
@@ -174,6 +179,15 @@ pub enum OptimizerArg {
     Momentum,
     /// Adam (`--adam-beta1/2`, `--adam-epsilon`).
     Adam,
+}
+
+/// `--init`: how fresh weights are drawn.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitArg {
+    /// Glorot (Xavier) uniform, google/ffn's code default.
+    GlorotUniform,
+    /// Truncated normal with stddev --init-stddev.
+    TruncatedNormal,
 }
 
 /// FOV policy names as google/ffn spells them.
@@ -255,7 +269,10 @@ impl Args {
                 permute_xy: !self.no_permute_xy,
                 permute_z: self.permute_z,
             },
-            init_stddev: self.init_stddev,
+            init: match self.init {
+                InitArg::GlorotUniform => WeightInit::GlorotUniform,
+                InitArg::TruncatedNormal => WeightInit::TruncatedNormal(self.init_stddev),
+            },
             seed: self.seed,
             report_every: self.report_every,
             checkpoint_every: self.checkpoint_every,

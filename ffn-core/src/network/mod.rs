@@ -26,6 +26,45 @@ use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
+/// How the conv weights of a fresh network are drawn (biases start at zero either way).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum WeightInit {
+    /// Normal with this stddev, redrawn beyond two stddevs: what google/ffn's comment says its
+    /// released FIB-25 model was trained from (stddev 0.01).
+    TruncatedNormal(f32),
+    /// Glorot (Xavier) uniform: `U(-a, a)` with `a = sqrt(6 / (fan_in + fan_out))`, fans counted
+    /// over the kernel's voxels (`k^3 * in`, `k^3 * out`): what google/ffn's code does by default
+    /// (`tf.contrib.layers.conv3d`'s initializer).
+    GlorotUniform,
+}
+
+impl WeightInit {
+    /// Fills `weights` of shape `[kz, ky, kx, in, out]` from `rng`, in order.
+    pub fn fill(&self, shape: &[usize], weights: &mut [f32], rng: &mut Rng) {
+        match *self {
+            WeightInit::TruncatedNormal(stddev) => {
+                for w in weights {
+                    *w = rng.truncated_normal(stddev as f64) as f32;
+                }
+            }
+            WeightInit::GlorotUniform => {
+                let limit = glorot_limit(shape);
+                for w in weights {
+                    *w = ((2.0 * rng.next_f64() - 1.0) * limit) as f32;
+                }
+            }
+        }
+    }
+}
+
+/// Glorot's bound `sqrt(6 / (fan_in + fan_out))` for conv weights `[k.., in, out]`.
+fn glorot_limit(shape: &[usize]) -> f64 {
+    let (kernel, channels) = shape.split_at(shape.len() - 2);
+    let receptive: usize = kernel.iter().product();
+    let fans = receptive * (channels[0] + channels[1]);
+    libm::sqrt(6.0 / fans as f64)
+}
+
 /// One conv layer: sizes and where its parameters live.
 #[derive(Clone, Copy, Debug)]
 struct Layer {
@@ -148,15 +187,23 @@ impl ConvStack3d {
     /// When `cfg` is invalid ([`ModelConfig::validate`]); use [`ConvStack3d::from_params`] for
     /// configurations that come from users.
     pub fn new(cfg: ModelConfig, init_stddev: f32, rng: &mut Rng) -> Self {
+        Self::with_init(cfg, WeightInit::TruncatedNormal(init_stddev), rng)
+    }
+
+    /// A network whose weights are drawn by `init` from `rng` in parameter order, with zero
+    /// biases: one seed, one network.
+    ///
+    /// # Panics
+    /// When `cfg` is invalid ([`ModelConfig::validate`]).
+    pub fn with_init(cfg: ModelConfig, init: WeightInit, rng: &mut Rng) -> Self {
         if let Err(e) = cfg.validate() {
-            panic!("ConvStack3d::new: {e}");
+            panic!("ConvStack3d::with_init: {e}");
         }
         let mut params = vec![0.0f32; cfg.num_params()];
         for spec in cfg.param_specs() {
             if spec.shape.len() == 5 {
-                for p in &mut params[spec.offset..spec.offset + spec.len()] {
-                    *p = rng.truncated_normal(init_stddev as f64) as f32;
-                }
+                let weights = &mut params[spec.offset..spec.offset + spec.len()];
+                init.fill(&spec.shape, weights, rng);
             }
         }
         Self::build(cfg, params)

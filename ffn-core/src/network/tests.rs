@@ -372,3 +372,40 @@ fn kept_transformed_weights_follow_parameter_changes() {
     fresh.set_simd(net.simd());
     assert_eq!(after, forward(&mut fresh), "kept weights went stale");
 }
+
+#[test]
+fn glorot_init_is_seeded_uniform_within_each_layers_bound() {
+    let cfg = tiny();
+    let a = ConvStack3d::with_init(cfg, WeightInit::GlorotUniform, &mut Rng::new(1));
+    let b = ConvStack3d::with_init(cfg, WeightInit::GlorotUniform, &mut Rng::new(1));
+    assert_eq!(a.params(), b.params());
+    for spec in cfg.param_specs() {
+        let v = &a.params()[spec.offset..spec.offset + spec.len()];
+        if spec.name.ends_with("biases") {
+            assert!(v.iter().all(|x| *x == 0.0), "{}", spec.name);
+            continue;
+        }
+        let k = spec.shape[0] * spec.shape[1] * spec.shape[2];
+        let limit = (6.0 / (k * (spec.shape[3] + spec.shape[4])) as f64).sqrt() as f32;
+        assert!(v.iter().all(|x| x.abs() <= limit), "{}", spec.name);
+        // A uniform draw over (-a, a) has mean 0 and variance a^2 / 3: both within 4 standard
+        // errors for the layer's sample size, and the draws use most of the range.
+        let n = v.len() as f64;
+        let mean = v.iter().map(|x| *x as f64).sum::<f64>() / n;
+        let var = v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / n;
+        let a2 = (limit as f64).powi(2);
+        assert!(
+            mean.abs() < 4.0 * (a2 / 3.0 / n).sqrt(),
+            "{}: mean {mean}",
+            spec.name
+        );
+        let var_se = (a2 * a2 * (1.0 / 5.0 - 1.0 / 9.0) / n).sqrt();
+        assert!(
+            (var - a2 / 3.0).abs() < 4.0 * var_se,
+            "{}: var {var}",
+            spec.name
+        );
+        let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        assert!(n < 8.0 || max > 0.5 * limit, "{}: max {max}", spec.name);
+    }
+}

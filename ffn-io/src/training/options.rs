@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use ffn_core::conv::winograd::ConvAlgorithm;
 use ffn_core::model_spec::ModelConfig;
+use ffn_core::network::WeightInit;
 use ffn_core::optim::{Adam, Momentum, Optimizer, Sgd};
 use ffn_core::training::augmentation::AugmentConfig;
 use ffn_core::training::examples::{ExampleConfig, FovPolicy};
@@ -101,8 +102,8 @@ pub struct TrainOptions {
     pub shuffle_moves: bool,
     /// Reflections and axis permutations.
     pub augment: AugmentConfig,
-    /// Stddev of the truncated-normal weight initialisation.
-    pub init_stddev: f32,
+    /// How fresh weights are drawn (ignored when resuming or starting from a checkpoint).
+    pub init: WeightInit,
     /// Seed of weights, example order and augmentation.
     pub seed: u64,
     /// Steps per metrics row.
@@ -159,7 +160,7 @@ impl TrainOptions {
             move_threshold: 0.9,
             shuffle_moves: true,
             augment: AugmentConfig::default(),
-            init_stddev: 0.01,
+            init: WeightInit::TruncatedNormal(0.01),
             seed: 0,
             report_every: 50,
             checkpoint_every: 1000,
@@ -231,7 +232,13 @@ impl TrainOptions {
         let f = |x: f64| Value::String(x.to_string());
         let f32s = |x: f32| Value::String(x.to_string());
         let m = &self.model;
-        json!({
+        // Truncated-normal runs record `init_stddev` as before this choice existed, so their
+        // checkpoints still resume; any other initialisation is recorded by name.
+        let (init_key, init_value) = match self.init {
+            WeightInit::TruncatedNormal(stddev) => ("init_stddev", f32s(stddev)),
+            WeightInit::GlorotUniform => ("init", Value::String("glorot_uniform".into())),
+        };
+        let mut config = json!({
             "model": { "depth": m.depth, "features": m.features, "fov": m.fov, "deltas": m.deltas },
             "batch_size": self.batch_size,
             "optimizer": format!("{:?}", self.optimizer),
@@ -246,10 +253,11 @@ impl TrainOptions {
             "move_threshold": f32s(self.move_threshold),
             "shuffle_moves": self.shuffle_moves,
             "augment": [self.augment.reflect, self.augment.permute_xy, self.augment.permute_z],
-            "init_stddev": f32s(self.init_stddev),
             "seed": self.seed,
             "coordinates": n_coords,
             "volumes": norms.iter().map(|n| json!({"name": n.name, "mean": f(n.mean), "stddev": f(n.stddev)})).collect::<Vec<_>>(),
-        })
+        });
+        config[init_key] = init_value;
+        config
     }
 }

@@ -271,7 +271,7 @@ impl<'g> TrainingRun<'g> {
                     Start::InitialWeights(m.path, m.config),
                 ),
                 None => (
-                    ConvStack3d::new(model, opts.init_stddev, &mut Rng::new(opts.seed)),
+                    ConvStack3d::with_init(model, opts.init, &mut Rng::new(opts.seed)),
                     Start::Fresh,
                 ),
             },
