@@ -3,11 +3,12 @@
 # out for evaluation): resumes the run in RUN_DIR when it has checkpoints, else continues the shipped
 # model (models/ffn-rs-fib25), else (or with FRESH=1) starts from fresh weights.
 #
-#   [MAX_STEPS=N] [LR=0.001] [SEED=1] [SHIPPED=models/ffn-rs-fib25] \
+#   [MAX_STEPS=N] [LR=0.0003] [SEED=1] [INIT=glorot-uniform] [SHIPPED=models/ffn-rs-fib25] \
+#       [DEPTH=5] [FOV=17] [DELTA=4] \
 #       bash scripts/fib25-train.sh [RUN_DIR] [extra `ffn train` flags, e.g. --max-seconds 3600]
 #
-# SHIPPED is the checkpoint folder a new RUN_DIR continues; LR and SEED must be those of the run
-# being continued (models/ffn-rs-fib25-ft, a fine-tuning run at 1e-4: LR=0.0001 SEED=2).
+# SHIPPED is the checkpoint folder a new RUN_DIR continues; LR, SEED and INIT must be those of the
+# run being continued (its model card says them).
 # The configuration is the one of models/ffn-rs-fib25/MODEL_CARD.md; a resumed run must keep it (ffn
 # refuses a changed configuration, naming the fields). Run it under `nice -n 19` beside other work.
 set -euo pipefail
@@ -17,15 +18,17 @@ shift || true
 ffn=${FFN:-target/release/ffn}
 [ -x "$ffn" ] || cargo build --release -p ffn-cli
 mkdir -p "$run/data"
+depth=${DEPTH:-5} fov=${FOV:-17} delta=${DELTA:-4}
 data="$run/data/train.h5"
 if [ ! -f "$run/data/train.coords" ]; then
   # The training part: x,y all 250, z 0..149. Partitions and coordinates see nothing of z >= 150.
   "$ffn" import stack data/fib25/grayscale_maps --output "$data:image" --offset 0,0,0 --size 250,250,150
   "$ffn" import labels data/fib25/groundtruth.h5.gz --output "$data:labels" --offset 0,0,0 --size 250,250,150
-  # lom radius = margin = fov//2 + delta = 12 + 6.
-  "$ffn" partitions --labels "$data:labels" --out "$data:af" --lom-radius 18,18,18
+  # lom radius = margin = fov//2 + delta.
+  r=$((fov / 2 + delta))
+  "$ffn" partitions --labels "$data:labels" --out "$data:af" --lom-radius "$r,$r,$r"
   "$ffn" coordinates --partitions "fib25:$data:af" --out "$run/data/train.coords.tmp" \
-    --margin 18,18,18 --max-per-class 100000 --seed 1
+    --margin "$r,$r,$r" --max-per-class 100000 --seed 1
   mv "$run/data/train.coords.tmp" "$run/data/train.coords"
 fi
 # A new run folder continues the shipped model's training (its checkpoint holds the optimiser and
@@ -43,6 +46,6 @@ ls "$run"/checkpoints/*.safetensors >/dev/null 2>&1 && resume=(--resume)
 exec "$ffn" train --image "fib25:$data:image" --labels "fib25:$data:labels" \
   --coords "$run/data/train.coords" --out "$run" "${resume[@]}" \
   --image-mean 128 --image-stddev 33 \
-  --depth 6 --features 32 --fov 25,25,25 --deltas 6,6,6 --batch-size 4 \
-  --optimizer adam --learning-rate "${LR:-0.001}" --seed "${SEED:-1}" --max-steps "${MAX_STEPS:-1000000}" \
+  --depth "$depth" --features 32 --fov "$fov,$fov,$fov" --deltas "$delta,$delta,$delta" --batch-size 4 \
+  --optimizer adam --learning-rate "${LR:-0.0003}" --init "${INIT:-glorot-uniform}" --seed "${SEED:-1}" --max-steps "${MAX_STEPS:-1000000}" \
   --report-every 200 --checkpoint-secs 600 --keep-checkpoints 0 --quiet "$@"

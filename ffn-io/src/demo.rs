@@ -19,7 +19,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail, ensure};
 use ffn_comm::data_parallel::{DataParallel, DataParallelOptions};
 use ffn_core::model_spec::ModelConfig;
-use ffn_core::network::ConvStack3d;
+use ffn_core::network::{ConvStack3d, WeightInit};
 use ffn_core::training::coordinates::{CoordinateConfig, build_coordinates};
 use ffn_core::training::partitions::{PartitionConfig, compute_partitions};
 use ndarray::s;
@@ -58,7 +58,7 @@ pub struct DemoOptions {
     pub model_config: ModelConfig,
     /// Batch size of the short run.
     pub batch_size: usize,
-    /// Adam learning rate of the short run.
+    /// Adam learning rate of the short run (weights drawn Glorot-uniform, as the shipped model's).
     pub learning_rate: f32,
     /// Smallest segment kept by inference (voxels).
     pub min_segment_size: usize,
@@ -85,13 +85,13 @@ impl DemoOptions {
             train_minutes: 2.0,
             max_steps: 100_000,
             model_config: ModelConfig {
-                depth: 6,
+                depth: 5,
                 features: 32,
-                fov: [25, 25, 25],
-                deltas: [6, 6, 6],
+                fov: [17, 17, 17],
+                deltas: [4, 4, 4],
             },
             batch_size: 4,
-            learning_rate: 0.001,
+            learning_rate: 0.0003,
             min_segment_size: 1000,
             seed: 1,
         }
@@ -383,6 +383,7 @@ fn short_run_options(opts: &DemoOptions, data: &Path, coords: &Path, out: &Path)
         batch_size: opts.batch_size,
         optimizer: OptimizerKind::Adam,
         learning_rate: opts.learning_rate,
+        init: WeightInit::GlorotUniform,
         seed: opts.seed,
         max_steps: opts.max_steps,
         max_seconds: ((opts.train_minutes * 60.0).round() as u64).max(1),

@@ -61,22 +61,22 @@ pub struct Args {
     #[arg(long, default_value_t = 100_000)]
     pub max_steps: u64,
     /// Network depth of the short run.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 5)]
     pub depth: usize,
     /// Feature maps of the short run.
     #[arg(long, default_value_t = 32)]
     pub features: usize,
     /// FOV x,y,z of the short run.
-    #[arg(long, default_value = "25,25,25")]
+    #[arg(long, default_value = "17,17,17")]
     pub fov: String,
     /// FOV movement step x,y,z of the short run.
-    #[arg(long, default_value = "6,6,6")]
+    #[arg(long, default_value = "4,4,4")]
     pub deltas: String,
     /// Batch size of the short run.
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
-    /// Adam learning rate of the short run.
-    #[arg(long, default_value_t = 0.001)]
+    /// Adam learning rate of the short run (weights drawn Glorot-uniform, as the shipped model's).
+    #[arg(long, default_value_t = 0.0003)]
     pub learning_rate: f32,
     /// Smallest segment kept by inference (voxels).
     #[arg(long, default_value_t = 1000)]
