@@ -25,24 +25,11 @@ fn data() -> PathBuf {
 
 /// FIB-25 `training_sample2` as one training volume, normalised with google/ffn's 128 / 33.
 fn fib25() -> TrainingVolume {
-    let slices = ffn_io::stack::find_slices(
-        data()
-            .join("fib25/grayscale_maps")
-            .to_str()
-            .expect("utf-8 path"),
-    )
-    .expect("slices");
-    let raw = ffn_io::stack::read_stack(&slices).expect("stack");
-    let labels = ffn_io::labels::read_flyem_labels(
-        &data().join("fib25/groundtruth.h5.gz"),
-        "stack",
-        Some("transforms"),
-    )
-    .expect("labels");
+    let sample = ffn_io::flyem_sample::FlyEmSample::read(&data().join("fib25")).expect("FIB-25");
     TrainingVolume {
         name: "fib25".into(),
-        image: raw.mapv(|v| (v as f32 - 128.0) / 33.0),
-        labels,
+        image: sample.image.mapv(|v| (v as f32 - 128.0) / 33.0),
+        labels: sample.labels,
     }
 }
 

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use ffn_core::network::ConvStack3d;
 use ffn_io::VolumeSpec;
+use ffn_io::flyem_sample::FlyEmSample;
 use ffn_io::heldout::{HeldOut, context_region};
 
 /// The model card's held-out scores of `models/ffn-rs-fib25/model.safetensors`.
@@ -22,15 +23,7 @@ fn repo() -> PathBuf {
 
 #[test]
 fn shipped_model_segments_the_held_out_fib25_box_as_its_card_says() {
-    let data = repo().join("data/fib25");
-    let slices = ffn_io::stack::find_slices(data.join("grayscale_maps").to_str().unwrap()).unwrap();
-    let image = ffn_io::stack::read_stack(&slices).unwrap();
-    let labels = ffn_io::labels::read_flyem_labels(
-        &data.join("groundtruth.h5.gz"),
-        "stack",
-        Some("transforms"),
-    )
-    .unwrap();
+    let FlyEmSample { image, labels } = FlyEmSample::read(&repo().join("data/fib25")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("fib25.h5");
     let (image_spec, labels_spec) = (
@@ -51,7 +44,9 @@ fn shipped_model_segments_the_held_out_fib25_box_as_its_card_says() {
         "the shipped checkpoint records its training normalisation"
     );
     let net = ConvStack3d::from_params(model.config, model.params).unwrap();
-    let scored = held.segment(net, model.normalisation, 1000).unwrap();
+    let scored = held
+        .segment(net, model.normalisation, &Default::default())
+        .unwrap();
     let arand = scored.scores.adapted_rand_error;
     println!(
         "shipped model on the held-out box: {} segments, {:.1}% unsegmented, VI split {:.3} merge \

@@ -193,9 +193,45 @@ fn bench_learn_scores_every_checkpoint_and_the_reference_once() {
     assert!(f[3].parse::<f64>().unwrap().is_finite(), "{csv}");
     assert!(table.contains("| ffn-rs | 8 | 32 |"), "{table}");
     assert!(out.join("learning_curve.png").exists() && out.join("learning.md").exists());
+    assert!(
+        table.contains("move threshold 0.9, segment threshold 0.6, min segment size 10"),
+        "the table states the inference settings: {table}"
+    );
     // Run again: everything is cached.
     let (_, err) = ok(&args);
     assert_eq!(err.matches("bench learn: ").count(), 0, "{err}");
+    // Other inference settings into the same cache are refused, naming both settings; into a new
+    // folder they segment anew (the lower move threshold makes other floods of the same model).
+    let mut other: Vec<&str> = args.to_vec();
+    other.splice(
+        other.len() - 2..other.len() - 2,
+        ["--move-threshold", "0.7"],
+    );
+    let o = ffn(&other);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("other inference settings")
+            && err.contains("move threshold 0.9")
+            && err.contains("move threshold 0.7"),
+        "{err}"
+    );
+    let out2 = dir.path().join("learn-move-0.7");
+    let last = other.len() - 1;
+    other[last] = out2.to_str().unwrap();
+    let (table2, err) = ok(&other);
+    assert_eq!(err.matches("bench learn: ").count(), 3, "{err}");
+    assert!(table2.contains("move threshold 0.7"), "{table2}");
+    let bad = ffn(&[
+        &other[..other.len() - 4],
+        &["--segment-threshold", "1.5", "--out", "x"],
+    ]
+    .concat());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("segment_threshold") && err.contains("1.5"),
+        "{err}"
+    );
     // A run without checkpoints is an error naming the folder.
     let o = ffn(&[
         "bench",

@@ -16,8 +16,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::flyem_sample::FlyEmSample;
 use anyhow::{Context, Result, bail, ensure};
 use ffn_comm::data_parallel::{DataParallel, DataParallelOptions};
+use ffn_core::inference::InferenceOptions;
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::{ConvStack3d, WeightInit};
 use ffn_core::training::coordinates::{CoordinateConfig, build_coordinates};
@@ -156,21 +158,8 @@ pub fn run_demo(opts: &DemoOptions, on_event: &mut dyn FnMut(DemoEvent<'_>)) -> 
         "[1/5] data: FIB-25 training_sample2 from {}",
         opts.data.display()
     )));
-    let maps = opts.data.join("grayscale_maps");
-    let slices = crate::stack::find_slices(&maps.display().to_string())?;
-    let image = crate::stack::read_stack(&slices)?;
-    let labels = crate::labels::read_flyem_labels(
-        &opts.data.join("groundtruth.h5.gz"),
-        "stack",
-        Some("transforms"),
-    )?;
+    let FlyEmSample { image, labels } = FlyEmSample::read(&opts.data)?;
     let full = [image.dim().0, image.dim().1, image.dim().2];
-    ensure!(
-        image.shape() == labels.shape(),
-        "{}: image of shape {full:?} but ground truth of shape {:?} (z,y,x)",
-        opts.data.display(),
-        labels.shape()
-    );
     crate::write_image_u8(&spec("image"), &image)?;
     crate::write_labels(&spec("labels"), &labels)?;
     let (offset, shape) = (opts.offset, opts.size);
@@ -255,7 +244,14 @@ pub fn run_demo(opts: &DemoOptions, on_event: &mut dyn FnMut(DemoEvent<'_>)) -> 
     for (name, path, dataset) in models {
         let m = crate::load_model(path).with_context(|| format!("loading {}", path.display()))?;
         let net = ConvStack3d::from_params(m.config, m.params)?;
-        let scored = held.segment(net, m.normalisation, opts.min_segment_size)?;
+        let scored = held.segment(
+            net,
+            m.normalisation,
+            &InferenceOptions {
+                min_segment_size: opts.min_segment_size,
+                ..InferenceOptions::default()
+            },
+        )?;
         on_event(DemoEvent::Note(format!(
             "      {name} ({}): {} segments in {:.1} s",
             path.display(),

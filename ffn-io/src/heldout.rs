@@ -92,14 +92,14 @@ impl HeldOut {
         })
     }
 
-    /// Segments the context region with `net` (PolicyPeaks seeds, google/ffn's inference defaults
-    /// but `min_segment_size`) on the image normalised as the model was trained (`trained`, else
-    /// 128 / 33), and scores the box.
+    /// Segments the context region with `net` (PolicyPeaks seeds, the flood-filling options
+    /// `inference`, e.g. google/ffn's defaults) on the image normalised as the model was trained
+    /// (`trained`, else 128 / 33), and scores the box.
     pub fn segment(
         &self,
         mut net: ConvStack3d,
         trained: Option<TrainingNormalisation>,
-        min_segment_size: usize,
+        inference: &InferenceOptions,
     ) -> Result<Scored> {
         let norm = crate::NormalisationChoice {
             trained,
@@ -111,10 +111,7 @@ impl HeldOut {
         let options = SegmentOptions {
             deltas: net.config().deltas,
             seeds: SeedPolicy::default(),
-            inference: InferenceOptions {
-                min_segment_size,
-                ..InferenceOptions::default()
-            },
+            inference: inference.clone(),
         };
         let t = Instant::now();
         let clock = move || t.elapsed().as_secs_f64();

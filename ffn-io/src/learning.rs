@@ -16,6 +16,7 @@ use crate::checkpoint::{list_checkpoints, load_checkpoint};
 use crate::heldout::{HeldOut, Scored, context_region};
 use crate::plot;
 use anyhow::{Context, Result, bail};
+use ffn_core::inference::InferenceOptions;
 use ffn_core::network::ConvStack3d;
 
 /// What [`evaluate_run`] evaluates and where it writes.
@@ -43,8 +44,9 @@ pub struct LearningOptions {
     pub heldout_z: usize,
     /// Evaluate every N-th checkpoint (the newest always).
     pub every: usize,
-    /// Smallest segment kept by inference (voxels).
-    pub min_segment_size: usize,
+    /// The flood-filling options of every segmentation (google/ffn's defaults by default; the
+    /// seeds are PolicyPeaks).
+    pub inference: InferenceOptions,
     /// Output folder for `learning.csv`, `learning.md` and `learning_curve.png`.
     pub out: PathBuf,
 }
@@ -141,6 +143,9 @@ pub fn evaluate_run(
     if args.every == 0 {
         bail!("every (--every): expected at least 1, found 0");
     }
+    args.inference
+        .validate()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let full = crate::dataset_shape(&args.image)?;
     let (offset, shape) = (args.offset, args.size);
     if (0..3).any(|a| offset[a] + shape[a] > full[a]) {
@@ -179,6 +184,7 @@ pub fn evaluate_run(
             ckpt_dir.display()
         );
     }
+    check_cached_settings(&args.out, &args.inference, !rows.is_empty())?;
     let last = all.len() - 1;
     for (i, (step, path)) in all.iter().enumerate() {
         if (i % args.every != 0 && i != last) || rows.contains_key(&("ffn-rs".into(), *step)) {
@@ -194,7 +200,7 @@ pub fn evaluate_run(
             .unwrap_or(0);
         let norm = crate::model::training_normalisation(path, &ck.training_config)?;
         let net = ConvStack3d::from_params(ck.model, ck.params)?;
-        let mut row = segment_and_score(&held, net, norm, args.min_segment_size)
+        let mut row = segment_and_score(&held, net, norm, &args.inference)
             .with_context(|| format!("evaluating {}", path.display()))?;
         row.model = "ffn-rs".into();
         row.step = *step;
@@ -215,7 +221,7 @@ pub fn evaluate_run(
         let m = crate::load_model(reference)
             .with_context(|| format!("loading the reference {}", reference.display()))?;
         let net = ConvStack3d::from_params(m.config, m.params)?;
-        let mut row = segment_and_score(&held, net, m.normalisation, args.min_segment_size)?;
+        let mut row = segment_and_score(&held, net, m.normalisation, &args.inference)?;
         row.model = "reference".into();
         progress(&row);
         rows.insert((row.model.clone(), 0), row);
@@ -244,14 +250,48 @@ pub fn evaluate_run(
     })
 }
 
+/// The inference options that change a segmentation, as one line (of `learning.md` and of the
+/// cache's `learning.settings`).
+fn inference_settings(o: &InferenceOptions) -> String {
+    format!(
+        "PolicyPeaks seeds, init activation {}, pad value {}, move threshold {}, segment threshold {}, min segment size {}, min boundary distance {:?} (z,y,x), disco seed threshold {}",
+        o.init_activation,
+        o.pad_value,
+        o.move_threshold,
+        o.segment_threshold,
+        o.min_segment_size,
+        o.min_boundary_dist,
+        o.disco_seed_threshold
+    )
+}
+
+/// The rows cached in `out/learning.csv` were made with the inference settings recorded in
+/// `out/learning.settings`: refuses to mix them with rows of other settings (`cached`: the cache
+/// has rows), and records the settings of a new cache.
+fn check_cached_settings(out: &Path, inference: &InferenceOptions, cached: bool) -> Result<()> {
+    let path = out.join("learning.settings");
+    let now = inference_settings(inference);
+    match std::fs::read_to_string(&path) {
+        Ok(before) if cached && before.trim() != now => bail!(
+            "{}: its rows were made with other inference settings ({}), not {}: use another --out, or remove the folder's learning.csv",
+            out.join("learning.csv").display(),
+            before.trim(),
+            now
+        ),
+        Ok(before) if before.trim() == now => Ok(()),
+        _ => crate::atomic::write_atomic(&path, format!("{now}\n").as_bytes())
+            .with_context(|| format!("writing {}", path.display())),
+    }
+}
+
 /// Segments the held-out box with `net` and makes its row (model, step and hours to be filled in).
 fn segment_and_score(
     held: &HeldOut,
     net: ConvStack3d,
     trained: Option<crate::TrainingNormalisation>,
-    min_segment_size: usize,
+    inference: &InferenceOptions,
 ) -> Result<LearningRow> {
-    Ok(row_of(&held.segment(net, trained, min_segment_size)?))
+    Ok(row_of(&held.segment(net, trained, inference)?))
 }
 
 /// A row of scores (model, step and hours to be filled in).
@@ -343,11 +383,11 @@ fn markdown(rows: &Rows, args: &LearningOptions) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "Held-out box {} (x,y,z offset) of size {} in {}; min segment size {}; truth 0 ignored, unsegmented = one segment.\n",
+        "Held-out box {} (x,y,z offset) of size {} in {}; {}; truth 0 ignored, unsegmented = one segment.\n",
         xyz(args.offset),
         xyz(args.size),
         args.labels,
-        args.min_segment_size
+        inference_settings(&args.inference)
     );
     t.push_str("| model | step | examples | CPU-hours | wall hours | segments | unsegmented | VI split | VI merge | adapted Rand error |\n");
     t.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");

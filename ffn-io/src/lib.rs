@@ -18,6 +18,7 @@ pub mod demo;
 pub mod error;
 pub mod evaluation;
 pub mod export;
+pub mod flyem_sample;
 pub mod heldout;
 pub mod import;
 pub mod infer;

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use ffn_core::inference::InferenceOptions;
 use ffn_io::VolumeSpec;
 use ffn_io::learning::{LearningOptions, evaluate_run};
 
@@ -47,6 +48,12 @@ pub struct Args {
     /// Smallest segment kept by inference (voxels).
     #[arg(long, default_value_t = 1000)]
     min_segment_size: usize,
+    /// Probability needed to move the FOV (google/ffn's default 0.9).
+    #[arg(long, default_value_t = 0.9)]
+    move_threshold: f32,
+    /// Probability at which voxels join the segment (google/ffn's default 0.6).
+    #[arg(long, default_value_t = 0.6)]
+    segment_threshold: f32,
     /// Output folder for learning.csv, learning.md and learning_curve.png.
     #[arg(long)]
     out: PathBuf,
@@ -72,7 +79,12 @@ pub fn run(args: Args) -> Result<()> {
         context: args.context,
         heldout_z: args.heldout_z,
         every: args.every,
-        min_segment_size: args.min_segment_size,
+        inference: InferenceOptions {
+            min_segment_size: args.min_segment_size,
+            move_threshold: args.move_threshold,
+            segment_threshold: args.segment_threshold,
+            ..InferenceOptions::default()
+        },
         out: args.out,
     };
     let report = evaluate_run(&opts, |row| eprintln!("bench learn: {}", row.csv()))?;
