@@ -254,6 +254,20 @@ fn with(args: &[String], flag: &str, value: &str) -> Vec<String> {
     a
 }
 
+/// A run at learning rate 0 of `steps` steps into `out`, started with `--init-checkpoint init`;
+/// returns its last checkpoint (the weights it started from).
+fn frozen_run_from(common: &[String], out: &str, steps: u64, init: &str) -> ffn_io::Checkpoint {
+    let frozen = with(common, "--learning-rate", "0");
+    let n = steps.to_string();
+    let o = train(
+        &frozen,
+        &["--out", out, "--max-steps", &n, "--init-checkpoint", init],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    load_checkpoint(&Path::new(out).join(format!("checkpoints/ckpt-{steps:010}.safetensors")))
+        .unwrap()
+}
+
 #[test]
 fn init_checkpoint_starts_from_its_weights_with_a_fresh_optimiser() {
     let dir = tempfile::tempdir().unwrap();
@@ -264,22 +278,7 @@ fn init_checkpoint_starts_from_its_weights_with_a_fresh_optimiser() {
     let a = load_checkpoint(&Path::new(&d("a")).join("checkpoints/ckpt-0000000010.safetensors"))
         .unwrap();
     // At learning rate 0 the run keeps the initial weights: they are a's, not a fresh draw.
-    let frozen = with(&common, "--learning-rate", "0");
-    let o = train(
-        &frozen,
-        &[
-            "--out",
-            &d("b"),
-            "--max-steps",
-            "3",
-            "--init-checkpoint",
-            &d("a"),
-        ],
-    );
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
-    let b = load_checkpoint(&Path::new(&d("b")).join("checkpoints/ckpt-0000000003.safetensors"))
-        .unwrap();
+    let b = frozen_run_from(&common, &d("b"), 3, &d("a"));
     assert_eq!(bits(&b.params), bits(&a.params));
     assert_eq!(b.step, 3, "a fine-tuning run counts its own steps");
     let init = &b.training_config["config"]["init_checkpoint"];
@@ -313,6 +312,56 @@ fn init_checkpoint_starts_from_its_weights_with_a_fresh_optimiser() {
             && err.contains("model.depth: expected 3, found 2"),
         "{err}"
     );
+}
+
+#[test]
+fn average_makes_a_model_to_fine_tune_not_to_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let common = prepare(dir.path());
+    let d = |n: &str| dir.path().join(n).display().to_string();
+    let o = train(
+        &common,
+        &[
+            "--out",
+            &d("a"),
+            "--max-steps",
+            "6",
+            "--checkpoint-every",
+            "3",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ck = |n: u64| Path::new(&d("a")).join(format!("checkpoints/ckpt-{n:010}.safetensors"));
+    let avg = d("avg.safetensors");
+    let (p3, p6) = (ck(3).display().to_string(), ck(6).display().to_string());
+    ok(&["average", &p3, &p6, "--out", &avg]);
+    let (c3, c6) = (
+        load_checkpoint(&ck(3)).unwrap(),
+        load_checkpoint(&ck(6)).unwrap(),
+    );
+    let a = load_checkpoint(Path::new(&avg)).unwrap();
+    for ((m, x), y) in a.params.iter().zip(&c3.params).zip(&c6.params) {
+        assert!(
+            (m - (x + y) / 2.0).abs() <= 1e-6 * (x.abs() + y.abs()),
+            "{m} {x} {y}"
+        );
+    }
+    assert_eq!(a.step, 6);
+    // Put where a resume would look, it is refused with a way out.
+    let run = Path::new(&d("a")).join("checkpoints");
+    std::fs::copy(&avg, run.join("ckpt-0000000007.safetensors")).unwrap();
+    let o = train(&common, &["--out", &d("a"), "--max-steps", "9", "--resume"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("weight average") && err.contains("--init-checkpoint"),
+        "{err}"
+    );
+    // Fine-tuning starts from the mean weights.
+    let b = frozen_run_from(&common, &d("b"), 1, &avg);
+    assert_eq!(bits(&b.params), bits(&a.params));
+    // One checkpoint is not an average.
+    let o = ffn(&["average", &p3, "--out", &d("one.safetensors")]);
+    assert!(!o.status.success());
 }
 
 #[test]

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod atomic;
+pub mod average;
 pub mod checkpoint;
 pub mod config;
 pub mod coords;

@@ -1,5 +1,6 @@
 //! The subcommands of `ffn`, one module each.
 
+mod average;
 mod bench;
 mod bench_comm;
 mod bench_learn;
@@ -50,6 +51,8 @@ pub enum Command {
     Import(import::Args),
     /// Lists the variables (names, dtypes, shapes) of a checkpoint: ffn-rs .safetensors or TF model.ckpt-N.
     Inspect(inspect::Args),
+    /// The weight average of checkpoints of one training run: `ffn average A B C --out avg.safetensors`.
+    Average(average::Args),
     /// Segments a volume (or a crop) by flood filling with a trained model; reads google/ffn requests.
     Infer(infer::Args),
     /// Scores a segmentation against ground truth: VI split/merge, adapted Rand error, worst errors.
@@ -78,6 +81,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args),
         Command::Import(args) => import::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Average(args) => average::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Eval(args) => eval::run(args),
         Command::InferTiled(args) => tiled::run(args),

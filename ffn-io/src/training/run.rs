@@ -208,6 +208,13 @@ impl<'g> TrainingRun<'g> {
         };
         let (mut net, start) = match resume_from {
             Some((path, ck)) => {
+                if ck.training_config.get("averaged").is_some() {
+                    bail!(
+                        "{}: a weight average of checkpoints (ffn average) holds no optimiser state \
+                         and cannot be resumed; start a run from it with --init-checkpoint",
+                        path.display()
+                    );
+                }
                 check_architecture(&path, &model, &ck.model)?;
                 let saved = ck
                     .training_config
