@@ -11,7 +11,16 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{Checkpoint, check_architecture, load_checkpoint, save_checkpoint};
 use anyhow::{Context, Result, bail, ensure};
+use ffn_core::model_spec::ModelConfig;
 use serde_json::{Value, json};
+
+/// The key of a checkpoint's training configuration that marks a weight average.
+const AVERAGED: &str = "averaged";
+
+/// Whether a checkpoint's training configuration marks it as a weight average.
+pub fn is_average(training_config: &Value) -> bool {
+    training_config.get(AVERAGED).is_some()
+}
 
 /// Averages the parameters of `paths` (ffn-rs checkpoints of one architecture and one training
 /// configuration): the mean of every parameter, accumulated in f64. The result keeps the newest
@@ -27,10 +36,11 @@ pub fn average_checkpoints(paths: &[PathBuf]) -> Result<Checkpoint> {
     let mut newest: Option<Checkpoint> = None;
     let mut sum: Vec<f64> = Vec::new();
     let mut steps = Vec::with_capacity(paths.len());
-    let mut first: Option<(PathBuf, Value)> = None;
+    // The first checkpoint's path, architecture and configuration: the others must match them.
+    let mut first: Option<(&PathBuf, ModelConfig, Value)> = None;
     for path in paths {
         let ck = load_checkpoint(path)?;
-        if ck.training_config.get("averaged").is_some() {
+        if is_average(&ck.training_config) {
             bail!(
                 "{}: already an average of checkpoints; average the run's own checkpoints",
                 path.display()
@@ -44,11 +54,10 @@ pub fn average_checkpoints(paths: &[PathBuf]) -> Result<Checkpoint> {
         match &first {
             None => {
                 sum = vec![0.0; ck.params.len()];
-                first = Some((path.clone(), config));
+                first = Some((path, ck.model, config));
             }
-            Some((p0, c0)) => {
-                let m0 = newest.as_ref().map(|n| n.model).expect("set with first");
-                check_architecture(path, &m0, &ck.model)?;
+            Some((p0, m0, c0)) => {
+                check_architecture(path, m0, &ck.model)?;
                 if *c0 != config {
                     bail!(
                         "{}: another training configuration than {} (not the same run)",
@@ -71,11 +80,12 @@ pub fn average_checkpoints(paths: &[PathBuf]) -> Result<Checkpoint> {
     out.params = sum.iter().map(|&s| (s / n) as f32).collect();
     out.optimizer.clear();
     let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let record = json!({ "steps": steps, "paths": paths });
     match &mut out.training_config {
         Value::Object(map) => {
-            map.insert("averaged".into(), json!({ "steps": steps, "paths": paths }));
+            map.insert(AVERAGED.into(), record);
         }
-        other => *other = json!({ "averaged": { "steps": steps, "paths": paths } }),
+        other => *other = json!({ AVERAGED: record }),
     }
     Ok(out)
 }

@@ -208,7 +208,7 @@ impl<'g> TrainingRun<'g> {
         };
         let (mut net, start) = match resume_from {
             Some((path, ck)) => {
-                if ck.training_config.get("averaged").is_some() {
+                if crate::average::is_average(&ck.training_config) {
                     bail!(
                         "{}: a weight average of checkpoints (ffn average) holds no optimiser state \
                          and cannot be resumed; start a run from it with --init-checkpoint",
