@@ -25,6 +25,24 @@ fn train(base: &[String], out: &str, extra: &[&str]) -> Finished {
     f
 }
 
+/// Waits (at most [`LIMIT`]) until the run writing to `out` has logged a metrics row.
+fn wait_for_a_metrics_row(out: &Path) {
+    let log = out.join("train_log.csv");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(t0.elapsed() < LIMIT, "no metrics row within {LIMIT:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The step of the newest checkpoint in `out` (the one written at a stop).
+fn newest_checkpoint_step(out: &Path) -> u64 {
+    let newest = ffn_io::checkpoint::latest_checkpoint(&out.join("checkpoints"))
+        .unwrap()
+        .expect("a checkpoint at the stop");
+    ffn_io::checkpoint::load_checkpoint(&newest).unwrap().step
+}
+
 #[test]
 fn resume_on_the_same_number_of_ranks_is_bitwise_exact() {
     let dir = tempfile::tempdir().unwrap();
@@ -168,12 +186,7 @@ fn sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint_and_resume_is_exac
         &[&["--out", &sa, "--max-steps", "100000000"], &shm[..]].concat(),
     );
     let child = spawn(launch(2, &args));
-    let log = a.join("train_log.csv");
-    let t0 = std::time::Instant::now();
-    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 2 {
-        assert!(t0.elapsed() < LIMIT, "no metrics row within {LIMIT:?}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_a_metrics_row(&a);
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -185,14 +198,13 @@ fn sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint_and_resume_is_exac
         stopped
             .stderr
             .contains("SIGTERM: asking the 2 running rank(s) to stop")
-            && stopped.stderr.contains("stopped by SIGTERM at step"),
+            // The launcher signals the ranks one after another: rank 0 may see the stop first on
+            // rank 1 ("stopped by SIGTERM on rank 1 at step ...").
+            && stopped.stderr.contains("stopped by SIGTERM"),
         "{}",
         stopped.stderr
     );
-    let newest = ffn_io::checkpoint::latest_checkpoint(&a.join("checkpoints"))
-        .unwrap()
-        .expect("a checkpoint at the stop");
-    let step = ffn_io::checkpoint::load_checkpoint(&newest).unwrap().step;
+    let step = newest_checkpoint_step(&a);
     assert!(step >= 2, "stopped at step {step}");
     let target = (step + 3).to_string();
     let resumed = with(
@@ -211,4 +223,49 @@ fn sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint_and_resume_is_exac
     ok(&run(launch(2, &straight), LIMIT), "uninterrupted run");
     let (ca, cb) = (checkpoint(&a, step + 3), checkpoint(&b, step + 3));
     assert_bitwise(&ca.params, &cb.params, "weights after the stop and resume");
+}
+
+/// A stop signal that reaches one rank only (a scheduler's signal racing the step boundary, or a
+/// user's `kill`) stops every rank at the same step, and rank 0 says which rank had it.
+#[test]
+fn a_signal_to_one_rank_stops_every_rank_and_names_that_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = common(dir.path());
+    let (a, sa) = out_dir(dir.path(), "a");
+    let args = with(
+        &base,
+        &["--out", &sa, "--max-steps", "100000000", "--comm", "shm"],
+    );
+    let shm_name = support::comm::unique("one-rank-signal");
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            let mut c = ffn(&args);
+            c.env("RANK", r.to_string())
+                .env("WORLD_SIZE", "2")
+                .env("FFN_SHM_NAME", &shm_name)
+                .env("FFN_COMM_TOKEN", "dist-resume-test-secret-0123456789");
+            spawn(c)
+        })
+        .collect();
+    wait_for_a_metrics_row(&a);
+    let kill = Command::new("kill")
+        .args(["-USR1", &ranks[1].id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut ranks = ranks.into_iter();
+    let (r0, r1) = (ranks.next().unwrap(), ranks.next().unwrap());
+    let (f0, f1) = (finish(r0, LIMIT, "rank 0"), finish(r1, LIMIT, "rank 1"));
+    assert_eq!((f0.code, f1.code), (75, 75), "{}\n{}", f0.stderr, f1.stderr);
+    assert!(
+        f0.stderr.contains("stopped by SIGUSR1 on rank 1 at step"),
+        "{}",
+        f0.stderr
+    );
+    let step = newest_checkpoint_step(&a);
+    assert!(
+        f0.stderr.contains(&format!("at step {step}:")),
+        "checkpoint of step {step}; {}",
+        f0.stderr
+    );
 }

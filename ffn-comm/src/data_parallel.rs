@@ -421,18 +421,32 @@ impl DataParallel {
         Ok(b.first() == Some(&1))
     }
 
-    /// Whether `local` holds on any rank (e.g. "a stop signal arrived"), on every rank. No
-    /// collective when `needed` is false (it must be the same on all ranks).
-    pub fn agree_any(&self, needed: bool, local: impl FnOnce() -> bool) -> Result<bool> {
+    /// The lowest rank that has a value (e.g. "a stop signal arrived: SIGUSR1") and its value, on
+    /// every rank; `None` when no rank has one. No collective when `needed` is false (it must be
+    /// the same on all ranks). Values up to 2^24 travel exactly.
+    pub fn agree_first(
+        &self,
+        needed: bool,
+        local: impl FnOnce() -> Option<u32>,
+    ) -> Result<Option<(usize, u32)>> {
         if !needed {
-            return Ok(false);
+            return Ok(None);
         }
         let v = local();
-        if self.comm.is_none() {
-            return Ok(v);
+        if let Some(v) = v.filter(|&v| v >= 1 << 24) {
+            bail!("internal: value {v} to agree on is not below 2^24");
         }
-        let total = self.sum(vec![f32::from(u8::from(v))])?;
-        Ok(total.first().is_some_and(|&t| t > 0.0))
+        if self.comm.is_none() {
+            return Ok(v.map(|v| (self.rank, v)));
+        }
+        // One slot per rank: 0 for none, value + 1 otherwise; the sum holds every rank's slot.
+        let mut slots = vec![0f32; self.size()];
+        slots[self.rank] = v.map_or(0.0, |v| (v + 1) as f32);
+        let all = self.sum(slots)?;
+        Ok(all
+            .iter()
+            .position(|&s| s > 0.0)
+            .map(|r| (r, all[r] as u32 - 1)))
     }
 
     /// Writes the timeline if it is still pending (called at the end of the window and at the end
@@ -498,17 +512,19 @@ mod tests {
     #[test]
     fn decisions_agree_across_local_ranks() {
         let opts = DataParallelOptions::over(Backend::Local, 3);
-        // Only rank 2 wants to stop: every rank stops (any). Only rank 0's clock counts (if).
+        // Only rank 0's clock counts (if).
         let got = run(&opts, |g| {
-            let any = g.agree_any(true, || g.rank() == 2)?;
-            let none = g.agree_any(true, || false)?;
+            let first = g.agree_first(true, || (g.rank() >= 1).then(|| 10 + g.rank() as u32))?;
+            let none = g.agree_first(true, || None)?;
             let root = g.agree_if(true, || g.rank() != 0)?;
-            let skipped = g.agree_any(false, || true)?;
-            Ok((any, none, root, skipped))
+            let skipped = g.agree_first(false, || Some(1))?;
+            Ok((first, none, root, skipped))
         })
         .unwrap();
-        assert_eq!(got, (true, false, false, false));
+        // Ranks 1 and 2 have a value: rank 0, which has none, learns rank 1's.
+        assert_eq!(got, (Some((1, 11)), None, false, None));
         let single = DataParallel::single(&DataParallelOptions::default());
-        assert!(single.agree_any(true, || true).unwrap());
+        assert_eq!(single.agree_first(true, || Some(7)).unwrap(), Some((0, 7)));
+        assert!(single.agree_first(true, || Some(1 << 24)).is_err());
     }
 }

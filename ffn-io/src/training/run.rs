@@ -386,12 +386,15 @@ impl<'g> TrainingRun<'g> {
         {
             return Ok(true);
         }
-        let local = stop::stop_requested();
-        if self
-            .group
-            .agree_any(self.opts.stop_on_signal, || local.is_some())?
-        {
-            let why = local.map_or("a stop signal on another rank".into(), stop::signal_name);
+        let signal = self.group.agree_first(self.opts.stop_on_signal, || {
+            stop::stop_requested().and_then(|s| u32::try_from(s).ok())
+        })?;
+        if let Some((rank, signal)) = signal {
+            // Every rank receives the signal, but not necessarily before the same step.
+            let mut why = stop::signal_name(signal as i32);
+            if rank != self.group.rank() {
+                why.push_str(&format!(" on rank {rank}"));
+            }
             self.stopped.replace(Some(why));
             return Ok(true);
         }
