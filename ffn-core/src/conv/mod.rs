@@ -27,9 +27,9 @@
 //!   gradient), 6 multiply-adds where the direct sum needs 12; the network's default
 //!   ([`winograd::ConvAlgorithm`]). Tested against the reference with a tolerance scaled to the
 //!   sum of absolute terms.
-//! - [`winograd2d`]: forward 3x3x3 convs by Winograd F(4x4, 3x3) over y and x (36 multiply-adds
-//!   where direct needs 144), in inference with [`winograd::ConvAlgorithm::Winograd`] (the
-//!   default).
+//! - [`winograd2d`]: 3x3x3 convs by Winograd F(4x4, 3x3) over y and x (36 multiply-adds where
+//!   direct needs 144), forward and weight gradients, in inference and training with
+//!   [`winograd::ConvAlgorithm::Winograd`] (the default).
 
 /// `fn $name(kernels, args)`: calls the `#[inline(always)]` function `$inner` inlined into a
 /// function compiled for the instruction set of `kernels`, so that the lane arithmetic of the

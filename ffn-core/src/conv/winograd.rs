@@ -46,9 +46,8 @@ pub enum ConvAlgorithm {
     /// Winograd for 3x3x3 kernels where a SIMD kernel runs it ([`preferred`]: AVX2 and FMA or
     /// AVX-512F, multiples of 32 channels): the forward convs of inference by F(4x4, 3x3) over y
     /// and x ([`super::winograd2d`], 4x fewer multiply-adds than direct), in training too, and
-    /// the input gradients likewise; the weight gradients by F(4, 3) along x (about 1.8x fewer
-    /// on 33-voxel rows); rounding
-    /// differences of order 1e-6 relative. Other convs run directly.
+    /// the input and weight gradients likewise; rounding differences of order 1e-6 relative.
+    /// Other convs run directly.
     #[default]
     Winograd,
     /// Direct summation (register-tiled SIMD kernel or GEMMs), every multiply-add performed.
@@ -102,6 +101,12 @@ impl WinogradScratch {
     /// Empty buffers.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The buffers of a weight gradient, for [`super::winograd2d`]: the per-thread partial
+    /// sums, the per-thread rings of transformed planes.
+    pub(super) fn gradient_buffers(&mut self) -> (&mut Vec<f32>, &mut Vec<f32>) {
+        (&mut self.partials, &mut self.input)
     }
 
     /// The buffers of a forward pass, for [`super::winograd2d`].
@@ -214,7 +219,10 @@ where
 
 /// `A g` for the gradients of four outputs (the transpose of [`output_transform`]).
 #[inline(always)]
-fn grad_transform(g: [f32; M]) -> [f32; T] {
+pub(super) fn grad_transform<V: Value>(g: [V; M]) -> [V; T]
+where
+    f32: Mul<V, Output = V>,
+{
     [
         g[0],
         g[0] + g[1] + g[2] + g[3],
@@ -228,7 +236,7 @@ fn grad_transform(g: [f32; M]) -> [f32; T] {
 /// `Gᵀ p`: the gradients of three taps from six transformed products (the transpose of
 /// [`weight_transform`]).
 #[inline(always)]
-fn tap_grads(p: [f32; T]) -> [f32; 3] {
+pub(super) fn tap_grads(p: [f32; T]) -> [f32; 3] {
     [
         p[0] / 4.0 - (p[1] + p[2]) / 6.0 + (p[3] + p[4]) / 24.0,
         (p[2] - p[1]) / 6.0 + (p[3] - p[4]) / 12.0,
@@ -760,6 +768,33 @@ fn simd_plane(
     }
 }
 
+/// The checks of [`check`] and the lengths of a weight gradient's buffers.
+///
+/// # Panics
+/// When one does not match `p` and `g`.
+pub(super) fn check_gradients(
+    p: &Conv3dParams,
+    g: &Padded,
+    input: &[f32],
+    grad_out: &[f32],
+    grad_w: &[f32],
+    grad_b: &[f32],
+) {
+    check(p, g, input);
+    let cout = p.out_channels;
+    assert_eq!(
+        grad_out.len(),
+        g.len(cout),
+        "winograd: padded output gradient length"
+    );
+    assert_eq!(
+        grad_w.len(),
+        p.weights_len(),
+        "winograd: weight gradient length"
+    );
+    assert_eq!(grad_b.len(), cout, "winograd: bias gradient length");
+}
+
 /// Weight and bias gradients (overwritten) by Winograd F(4, 3) along x: `∂L/∂g = Gᵀ [(A ∂L/∂y) ⊙
 /// (Bᵀ d)]` per tile, the products summed over all tiles, rows and planes in the transformed
 /// domain by GEMMs of depth `rows x tiles` (one per transformed index and `(dz, dy)` tap row).
@@ -780,19 +815,8 @@ pub fn backward_weights(
     grad_b: &mut [f32],
     scratch: &mut WinogradScratch,
 ) {
-    check(p, g, input);
+    check_gradients(p, g, input, grad_out, grad_w, grad_b);
     let (cin, cout) = (p.in_channels, p.out_channels);
-    assert_eq!(
-        grad_out.len(),
-        g.len(cout),
-        "winograd: padded output gradient length"
-    );
-    assert_eq!(
-        grad_w.len(),
-        p.weights_len(),
-        "winograd: weight gradient length"
-    );
-    assert_eq!(grad_b.len(), cout, "winograd: bias gradient length");
     grad_w.fill(0.0);
     grad_b.fill(0.0);
     if p.voxels() == 0 || cin == 0 || cout == 0 {
@@ -827,7 +851,16 @@ pub fn backward_weights(
             for q in ring_planes(idx, prev) {
                 transform_input_plane(g, cin, input, q, zeros, &mut tin[(q % 3) * lin..][..lin]);
             }
-            transform_plane_rows::<M>(g, cout, grad_out, idx, pad, &grad_transform, zeros, tgrad);
+            transform_plane_rows::<M>(
+                g,
+                cout,
+                grad_out,
+                idx,
+                pad,
+                &grad_transform::<f32>,
+                zeros,
+                tgrad,
+            );
             for i in 0..T {
                 let rhs = View {
                     data: &tgrad[i * iout + pad * rout..][..sy * rout],

@@ -1,9 +1,8 @@
 //! Forward 3x3x3 convolutions by Winograd F(4x4, 3x3) over y and x, summed directly over z: 36
 //! multiply-adds per 16 outputs and `(z tap, input channel)` where the direct sum needs 144 (4x
 //! fewer; F(4, 3) along x alone saves 2x, see [`super::winograd`]): the forward passes of
-//! inference and training and the input gradients under
-//! [`super::winograd::ConvAlgorithm::Winograd`], the default; the weight gradients keep
-//! F(4, 3).
+//! inference and training, the input gradients and (by the transposed algorithm, [`backward`])
+//! the weight gradients under [`super::winograd::ConvAlgorithm::Winograd`], the default.
 //!
 //! # Implementation
 //! 1. Every padded plane of the input is cut into tiles of 6 x 6 voxels (y, x) at a step of 4 and
@@ -24,6 +23,10 @@
 //! central 80^3 box of `training_sample2` byte for byte as F(4, 3) does. The AVX2 and AVX-512
 //! builds of the transforms and products give the same bits. Without SIMD kernels for the output
 //! width, [`forward_fused`] computes the conv by F(4, 3).
+
+pub mod backward;
+
+pub use backward::backward_weights;
 
 use super::winograd::{self, Fusion, M, T, WinogradScratch};
 use super::{Conv3dParams, Kernels, Simd};
@@ -172,30 +175,52 @@ fn transform_input_plane(
 /// channels, the six rows transformed along x, then the six columns of the result along y.
 #[inline(always)]
 fn transform_plane(g: &Padded, c: usize, data: &[f32], relu: bool, chunk: &mut [f32]) {
+    let input_transform = winograd::input_transform::<Lanes>;
+    transform_tiles::<T>(g, c, data, g.pad - 1, relu, input_transform, chunk);
+}
+
+/// The 2D transform `f` (on `N` values, along x then along y) of the `N x N` voxels of every
+/// tile of one padded plane `data` into `chunk` (`[yx index][tile][c]`), tiles from `origin` in y
+/// and x at a step of 4, a block of channels at a time; read through a ReLU when `relu`; voxels
+/// beyond the plane count as zero.
+#[inline(always)]
+fn transform_tiles<const N: usize>(
+    g: &Padded,
+    c: usize,
+    data: &[f32],
+    origin: usize,
+    relu: bool,
+    f: impl Fn([Lanes; N]) -> [Lanes; T],
+    chunk: &mut [f32],
+) {
     let [_, dy, dx] = g.dims();
     let ntx = winograd::tiles(g.size[2]);
     let ntiles = winograd::tiles(g.size[1]) * ntx;
-    let origin = g.pad - 1;
+    assert_eq!(
+        chunk.len(),
+        TT * ntiles * c,
+        "winograd2d: transformed plane"
+    );
     let mut it = chunk.chunks_exact_mut(ntiles * c);
     let parts: [&mut [f32]; TT] =
         core::array::from_fn(|_| it.next().expect("36 transformed parts"));
-    let mut rows = [[Lanes::ZERO; T]; T];
+    let mut rows = [[Lanes::ZERO; T]; N];
     for t in 0..ntiles {
         let (y0, x0) = (origin + M * (t / ntx), origin + M * (t % ntx));
         for c0 in (0..c).step_by(L) {
             let w = L.min(c - c0);
             for (r, out) in rows.iter_mut().enumerate() {
-                let mut v = [Lanes::ZERO; T];
+                let mut v = [Lanes::ZERO; N];
                 if y0 + r < dy {
                     let row = &data[(y0 + r) * dx * c..][..dx * c];
                     for (s, v) in v.iter_mut().enumerate().take(dx.saturating_sub(x0)) {
                         *v = Lanes::load(&row[(x0 + s) * c + c0..], w, relu);
                     }
                 }
-                *out = winograd::input_transform(v);
+                *out = f(v);
             }
             for j in 0..T {
-                let col = winograd::input_transform(core::array::from_fn(|r| rows[r][j]));
+                let col = f(core::array::from_fn(|r| rows[r][j]));
                 for (i, u) in col.iter().enumerate() {
                     u.store(&mut parts[i * T + j][t * c + c0..], w);
                 }

@@ -521,7 +521,9 @@ impl ConvStack3d {
         let p = l.conv(g.batch, g.size);
         let (gw, rest) = grads[l.offset..].split_at_mut(l.wlen());
         let gb = &mut rest[..l.cout];
-        if self.winograd(&p) {
+        if self.winograd(&p) && self.algorithm == ConvAlgorithm::Winograd {
+            winograd2d::backward_weights(self.simd, &p, g, input, gout, gw, gb, wino);
+        } else if self.winograd(&p) {
             winograd::backward_weights(self.simd, &p, g, input, gout, gw, gb, wino);
         } else {
             fast::backward_weights(self.simd, &p, g, input, gout, gw, gb, partials);
