@@ -289,6 +289,14 @@ fn init_checkpoint_starts_from_its_weights_with_a_fresh_optimiser() {
             .ends_with("ckpt-0000000010.safetensors"),
         "{init}"
     );
+    // Resumed without the flag, the run still records the weights it started from.
+    let frozen = with(&common, "--learning-rate", "0");
+    let o = train(&frozen, &["--out", &d("b"), "--max-steps", "5", "--resume"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let resumed =
+        load_checkpoint(&Path::new(&d("b")).join("checkpoints/ckpt-0000000005.safetensors"))
+            .unwrap();
+    assert_eq!(&resumed.training_config["config"]["init_checkpoint"], init);
     // A fresh optimiser: momentum after 3 steps of b differs from a's after 10.
     let velocity = |c: &ffn_io::Checkpoint| c.optimizer[0].1.clone();
     assert_ne!(bits(&velocity(&a)), bits(&velocity(&b)));

@@ -143,6 +143,18 @@ fn config_changes(now: &Value, saved: &Value) -> Vec<String> {
         .collect()
 }
 
+/// What a resumed run's configuration `now` keeps from the checkpoint's `saved` one although its
+/// options do not say it again: the weights the run started from (`init_checkpoint`, given to
+/// the run's first start only), so that every checkpoint of the run records them.
+fn keep_provenance(now: &mut Value, saved: &Value) {
+    if let Some(init) = saved
+        .get("init_checkpoint")
+        .filter(|_| now.get("init_checkpoint").is_none())
+    {
+        now["init_checkpoint"] = init.clone();
+    }
+}
+
 impl<'g> TrainingRun<'g> {
     /// Reads the data, checks the options, and builds the run: resumed from the newest checkpoint
     /// (with `opts.resume`), from initial weights, or fresh. Collective on a group: checks that
@@ -229,6 +241,7 @@ impl<'g> TrainingRun<'g> {
                         changes.join("; ")
                     );
                 }
+                keep_provenance(&mut config, &saved);
                 let tc = &ck.training_config;
                 cpu_before = match tc.get("cpu_seconds").and_then(Value::as_f64) {
                     Some(cpu) => (
@@ -579,5 +592,21 @@ mod tests {
             ]
         );
         assert!(config_changes(&now, &now).is_empty());
+    }
+
+    #[test]
+    fn a_resumed_run_keeps_the_weights_it_started_from() {
+        let init = json!({"path": "a.safetensors", "params_checksum": "0123"});
+        let saved = json!({"lr": "0.001", "init_checkpoint": init});
+        let mut now = json!({"lr": "0.001"});
+        keep_provenance(&mut now, &saved);
+        assert_eq!(now, saved);
+        // Given again, the options' record stands; a run that never had one gets none.
+        let mut given = json!({"lr": "0.001", "init_checkpoint": {"path": "b"}});
+        keep_provenance(&mut given, &saved);
+        assert_eq!(given["init_checkpoint"]["path"], "b");
+        let mut fresh = json!({"lr": "0.001"});
+        keep_provenance(&mut fresh, &json!({"lr": "0.001"}));
+        assert!(fresh.get("init_checkpoint").is_none());
     }
 }
