@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Which ground-truth labels each segment covers.
     let mut cover: HashMap<u64, HashMap<u64, u64>> = HashMap::new();
     for (&s, &t) in canvas.segmentation().iter().zip(truth.iter()) {
-        *cover.entry(s).or_default().entry(t).or_default() += 1;
+        *cover.entry(u64::from(s)).or_default().entry(t).or_default() += 1;
     }
     for o in canvas.origins() {
         let inside: Vec<_> = cover[&o.id].keys().collect();

@@ -168,7 +168,7 @@ impl HeldOut {
     }
 
     /// The box's voxels of a context-region volume.
-    fn crop_to_box(&self, context: &[u64]) -> Vec<u64> {
+    fn crop_to_box(&self, context: &[u32]) -> Vec<u64> {
         let [cz, cy, cx] = self.context_shape;
         debug_assert_eq!(context.len(), cz * cy * cx);
         let [oz, oy, ox] = self.box_in_context;
@@ -177,7 +177,11 @@ impl HeldOut {
         for z in oz..oz + bz {
             for y in oy..oy + by {
                 let row = (z * cy + y) * cx;
-                out.extend_from_slice(&context[row + ox..row + ox + bx]);
+                out.extend(
+                    context[row + ox..row + ox + bx]
+                        .iter()
+                        .map(|&v| u64::from(v)),
+                );
             }
         }
         out
@@ -210,7 +214,7 @@ mod tests {
             truth: vec![1; 2 * 2 * 2],
             shape: [2, 2, 2],
         };
-        let ctx: Vec<u64> = (0..120).collect();
+        let ctx: Vec<u32> = (0..120).collect();
         let idx = |z: u64, y: u64, x: u64| (z * 5 + y) * 6 + x;
         assert_eq!(
             h.crop_to_box(&ctx),

@@ -58,7 +58,7 @@ pub use request::{InferenceRequest, load_inference_request, parse_inference_requ
 pub use volume::{
     VolumeFormat, VolumeSpec, check_same_shape, dataset_dtype, dataset_shape, list_datasets,
     read_image_f32, read_image_f32_region, read_image_u8, read_image_u8_region, read_labels,
-    read_labels_region, write_image_f32, write_image_u8, write_labels,
+    read_labels_region, write_image_f32, write_image_u8, write_labels, write_labels_u32,
 };
 
 /// The version of this crate, as written in its manifest.

@@ -749,19 +749,42 @@ pub fn write_image_f32(spec: &VolumeSpec, v: &Array3<f32>) -> Result<(), IoError
 /// Writes a 3D label volume (z,y,x) as the smallest unsigned type that holds its largest id (for
 /// precomputed: a segmentation layer, uint32 or uint64, compressed_segmentation).
 pub fn write_labels(spec: &VolumeSpec, v: &Array3<u64>) -> Result<(), IoError> {
-    let max = v.iter().copied().max().unwrap_or(0);
-    if spec.format == VolumeFormat::Precomputed {
-        use crate::precomputed::{LayerType, write};
-        return match label_element(max) {
-            Element::U64 => write(spec, v, LayerType::Segmentation),
-            _ => write(spec, &v.mapv(|x| x as u32), LayerType::Segmentation),
-        };
+    write_label_ids(spec, v)
+}
+
+/// [`write_labels`] for 32-bit ids (the ids of flood-fill inference), written without widening
+/// them to 64 bits first.
+pub fn write_labels_u32(spec: &VolumeSpec, v: &Array3<u32>) -> Result<(), IoError> {
+    write_label_ids(spec, v)
+}
+
+/// Writes `v` as the smallest label element type its ids need (uint32 at least for precomputed):
+/// `v` itself when that is its own type, else a narrowed or widened copy.
+fn write_label_ids<T: Sample + Into<u64>>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
+    let max = v.iter().map(|&x| x.into()).max().unwrap_or(0);
+    let precomputed = spec.format == VolumeFormat::Precomputed;
+    let element = match label_element(max) {
+        Element::U8 | Element::U16 if precomputed => Element::U32,
+        e => e,
+    };
+    if element == T::ELEMENT {
+        return write_label_volume(spec, v);
     }
-    match label_element(max) {
-        Element::U8 => write_typed(spec, &v.mapv(|x| x as u8)),
-        Element::U16 => write_typed(spec, &v.mapv(|x| x as u16)),
-        Element::U32 => write_typed(spec, &v.mapv(|x| x as u32)),
-        _ => write_typed(spec, v),
+    let id = |x: &T| -> u64 { (*x).into() };
+    match element {
+        Element::U8 => write_label_volume(spec, &v.map(|x| id(x) as u8)),
+        Element::U16 => write_label_volume(spec, &v.map(|x| id(x) as u16)),
+        Element::U32 => write_label_volume(spec, &v.map(|x| id(x) as u32)),
+        _ => write_label_volume(spec, &v.map(id)),
+    }
+}
+
+/// Writes the ids `v` in their own element type: a segmentation layer for precomputed.
+fn write_label_volume<T: Sample>(spec: &VolumeSpec, v: &Array3<T>) -> Result<(), IoError> {
+    if spec.format == VolumeFormat::Precomputed {
+        crate::precomputed::write(spec, v, crate::precomputed::LayerType::Segmentation)
+    } else {
+        write_typed(spec, v)
     }
 }
 
@@ -882,6 +905,27 @@ mod tests {
                 max
             );
         }
+    }
+
+    #[test]
+    fn u32_labels_use_smallest_type_and_round_trip() {
+        let (d, spec) = tmp("labels");
+        for (max, name) in [
+            (200u32, "uint8"),
+            (60_000, "uint16"),
+            (u32::MAX - 1, "uint32"),
+        ] {
+            let v = ramp((2, 3, 4), |i| if i == 23 { max } else { i as u32 });
+            write_labels_u32(&spec, &v).unwrap();
+            assert_eq!(dataset_dtype(&spec).unwrap(), name);
+            assert_eq!(read_labels(&spec).unwrap(), v.mapv(u64::from));
+        }
+        // Precomputed segmentation layers hold uint32 at least.
+        let pre = VolumeSpec::precomputed(d.path().join("pre"), "8_8_8");
+        let v = ramp((2, 3, 4), |i| i as u32);
+        write_labels_u32(&pre, &v).unwrap();
+        assert_eq!(dataset_dtype(&pre).unwrap(), "uint32");
+        assert_eq!(read_labels(&pre).unwrap(), v.mapv(u64::from));
     }
 
     #[test]

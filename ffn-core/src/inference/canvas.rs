@@ -225,16 +225,19 @@ impl<'a> Canvas<'a> {
 
     /// The segmentation, `[z][y][x]` flattened: segment ids, 0 = unassigned (failed seed marks
     /// included).
-    pub fn segmentation(&self) -> Vec<u64> {
+    pub fn segmentation(&self) -> Vec<u32> {
         self.seg.iter().map(|&s| public_id(s)).collect()
     }
 
-    /// [`Canvas::segmentation`], the canvas's other buffers freed before the ids are widened (so
-    /// the peak is the 4-byte ids and the 8-byte result, not the whole canvas beside them).
-    pub fn into_segmentation(mut self) -> Vec<u64> {
-        let seg = core::mem::take(&mut self.seg);
+    /// [`Canvas::segmentation`] without a copy: the canvas's id buffer itself, its failed seed
+    /// marks set to 0, and the canvas's other buffers freed.
+    pub fn into_segmentation(mut self) -> Vec<u32> {
+        let mut seg = core::mem::take(&mut self.seg);
         drop(self);
-        seg.into_iter().map(public_id).collect()
+        for s in &mut seg {
+            *s = public_id(*s);
+        }
+        seg
     }
 
     /// The quantised object probability of every assigned voxel (0 elsewhere), when
@@ -557,6 +560,6 @@ impl<'a> Canvas<'a> {
 }
 
 /// The id a canvas label reports: 0 for failed-seed marks.
-fn public_id(s: u32) -> u64 {
-    if s == FAILED { 0 } else { u64::from(s) }
+fn public_id(s: u32) -> u32 {
+    if s == FAILED { 0 } else { s }
 }

@@ -94,8 +94,9 @@ pub struct SegmentOptions {
 pub struct Segmentation {
     /// Volume shape `[z, y, x]`.
     pub shape: [usize; 3],
-    /// Segment ids `1..=n` in order of creation, `[z][y][x]` flattened; 0 = unassigned.
-    pub labels: Vec<u64>,
+    /// Segment ids `1..=n` in order of creation, `[z][y][x]` flattened; 0 = unassigned. Ids are
+    /// 32-bit (4 bytes per voxel): one flood-fill run creates at most `u32::MAX - 1` segments.
+    pub labels: Vec<u32>,
     /// The quantised object probability of every assigned voxel (0 elsewhere), when
     /// `inference.keep_probability_map` was on.
     pub probability: Option<Vec<u8>>,

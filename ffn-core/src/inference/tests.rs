@@ -114,7 +114,7 @@ fn oracle_run(volume_seed: u64) {
             calls = c.predict_calls
         })
         .unwrap();
-    let seg = canvas.segmentation();
+    let seg: Vec<u64> = canvas.segmentation().into_iter().map(u64::from).collect();
     // Voxels within the margin (fov / 2) of the border can only be reached by FOVs centred further
     // in; a true object confined to that band is out of reach of any flood (as in google/ffn), so
     // the score is taken on the interior. (The whole volume scores VI 0.01 to 0.07 here.)

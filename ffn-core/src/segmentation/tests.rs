@@ -52,7 +52,7 @@ fn flood(image: &[f32], shape: [usize; 3], fov: [usize; 3]) -> Vec<u64> {
     canvas
         .segment_all(&seeds, &mut LabelOracle { fov }, &|| 0.0, &mut |_| {})
         .unwrap();
-    canvas.segmentation()
+    canvas.segmentation().into_iter().map(u64::from).collect()
 }
 
 fn cut(vol: &[f32], shape: [usize; 3], t: &Tile) -> Vec<f32> {

@@ -42,7 +42,7 @@ use crate::atomic::write_atomic;
 use crate::error::IoError;
 use crate::normalisation::{ChosenNormalisation, NormalisationChoice};
 use crate::volume::{
-    VolumeSpec, dataset_shape, read_image_f32_region, write_image_u8, write_labels,
+    VolumeSpec, dataset_shape, read_image_f32_region, write_image_u8, write_labels_u32,
 };
 
 /// What [`infer_volume`] segments and where it writes.
@@ -133,10 +133,7 @@ pub fn infer_volume<P: Predictor + ?Sized>(
         None => ([0; 3], dataset_shape(&opts.image)?),
     };
     // The array read is dropped here, not at the end of the function (shadowing would keep it).
-    let raw: Vec<f32> = read_image_f32_region(&opts.image, offset, shape)?
-        .iter()
-        .copied()
-        .collect();
+    let raw = into_flat(read_image_f32_region(&opts.image, offset, shape)?);
     let norm = opts
         .normalisation
         .resolve(|| Ok(ffn_core::inference::mean_stddev(raw.iter().copied())))?;
@@ -200,7 +197,7 @@ pub fn infer_volume<P: Predictor + ?Sized>(
     // The outputs are written from the result's own buffers (moved into arrays and back), not
     // from copies.
     let labels = array3(shape, core::mem::take(&mut seg.labels), "segmentation")?;
-    write_labels(&opts.out, &labels)?;
+    write_labels_u32(&opts.out, &labels)?;
     seg.labels = labels.into_raw_vec_and_offset().0;
     if let (Some(spec), Some(prob)) = (&opts.prob_out, seg.probability.take()) {
         let prob = array3(shape, prob, "probability map")?;
@@ -209,6 +206,22 @@ pub fn infer_volume<P: Predictor + ?Sized>(
     }
     outcome.segmentation = Some(seg);
     Ok(outcome)
+}
+
+/// The voxels of `a`, `[z][y][x]` flattened: its own buffer when it holds exactly them in this
+/// order (a freshly read volume), else a copy.
+fn into_flat<T: Clone>(a: Array3<T>) -> Vec<T> {
+    let n = a.len();
+    if !a.is_standard_layout() {
+        return a.iter().cloned().collect();
+    }
+    let (mut data, offset) = a.into_raw_vec_and_offset();
+    let start = offset.unwrap_or(0);
+    if start != 0 || data.len() != n {
+        // A C-contiguous part of a larger buffer.
+        data = data[start..start + n].to_vec();
+    }
+    data
 }
 
 /// `data` (`[z][y][x]` flattened) as an array of `shape`; `what` names it in the error.
@@ -250,6 +263,30 @@ mod tests {
     }
 
     #[test]
+    fn arrays_are_flattened_in_z_y_x_order_without_a_copy_when_they_can_be() {
+        let a = Array3::from_shape_fn((2, 3, 4), |(z, y, x)| z * 100 + y * 10 + x);
+        let expected: Vec<usize> = a.iter().copied().collect();
+        let fresh = a.clone();
+        let ptr = fresh.as_ptr();
+        let flat = into_flat(fresh);
+        assert_eq!(flat, expected);
+        assert_eq!(flat.as_ptr(), ptr, "a fresh array is its own buffer");
+        // A contiguous part of a larger buffer: the last z plane.
+        let last = a.clone().slice_move(ndarray::s![1.., .., ..]);
+        assert_eq!(into_flat(last), expected[12..]);
+        // Axes reversed (x, y, z in memory): copied in the array's z, y, x order.
+        let mut transposed = Vec::new();
+        for x in 0..4 {
+            for y in 0..3 {
+                for z in 0..2 {
+                    transposed.push(z * 100 + y * 10 + x);
+                }
+            }
+        }
+        assert_eq!(into_flat(a.reversed_axes()), transposed);
+    }
+
+    #[test]
     fn a_volume_on_disk_is_segmented_and_written() {
         let dir = tempfile::tempdir().unwrap();
         let mut opts = oracle_options(dir.path());
@@ -265,7 +302,8 @@ mod tests {
         let seg = done.segmentation.unwrap();
         assert_eq!(seg.counters.segments, 2);
         let written = crate::read_labels(&out).unwrap();
-        assert_eq!(written.iter().copied().collect::<Vec<_>>(), seg.labels);
+        let ids: Vec<u64> = seg.labels.iter().map(|&v| u64::from(v)).collect();
+        assert_eq!(written.iter().copied().collect::<Vec<_>>(), ids);
         // The oracle's box interiors (FOV centres at least 2 voxels from every face) are covered.
         assert_ne!(written[[4, 4, 3]], written[[4, 4, 14]]);
         assert!(crate::read_image_u8(opts.prob_out.as_ref().unwrap()).is_ok());

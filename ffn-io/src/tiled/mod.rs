@@ -228,7 +228,7 @@ pub fn segment_tile<P: Predictor + ?Sized>(
         index: tile.index,
         origin: tile.origin,
         shape: tile.shape,
-        labels: seg.labels,
+        labels: seg.labels.into_iter().map(u64::from).collect(),
         meta: meta.to_string(),
     })
 }
