@@ -15,7 +15,7 @@ use alloc::vec::Vec;
 
 use super::movement::{FaceMaxPolicy, Pos};
 use super::options::{InferenceOptions, Logits, sigmoid};
-use super::{InferenceError, Predictor};
+use super::{CanvasImage, InferenceError, Predictor};
 
 /// Marker of a failed seed point in the segmentation (reported as 0).
 const FAILED: u32 = u32::MAX;
@@ -101,7 +101,7 @@ pub enum SeedOutcome {
 
 /// Flood-fill inference state over one image volume. See the module docs.
 pub struct Canvas<'a> {
-    image: &'a [f32],
+    image: CanvasImage<'a>,
     shape: [usize; 3],
     fov: [usize; 3],
     margin: [usize; 3],
@@ -137,15 +137,17 @@ pub fn quantize_probability(p: f32) -> u8 {
 }
 
 impl<'a> Canvas<'a> {
-    /// A canvas over `image` (normalised, `[z][y][x]` of `shape`), for a network with field of view
-    /// `fov` moving by `deltas` (both `[z, y, x]`).
+    /// A canvas over `image` (normalised voxels, or raw ones with their normalisation: a
+    /// [`CanvasImage`]; `[z][y][x]` of `shape`), for a network with field of view `fov` moving by
+    /// `deltas` (both `[z, y, x]`).
     pub fn new(
-        image: &'a [f32],
+        image: impl Into<CanvasImage<'a>>,
         shape: [usize; 3],
         fov: [usize; 3],
         deltas: [usize; 3],
         opts: InferenceOptions,
     ) -> Result<Self, InferenceError> {
+        let image = image.into();
         if image.len() != prod(shape) {
             return Err(InferenceError::Shape {
                 what: "image",
@@ -329,7 +331,8 @@ impl<'a> Canvas<'a> {
             for dy in 0..f[1] {
                 let src = self.idx([lo[0] + dz, lo[1] + dy, lo[2]]);
                 let dst = (dz * f[1] + dy) * f[2];
-                self.img_patch[dst..dst + f[2]].copy_from_slice(&self.image[src..src + f[2]]);
+                self.image
+                    .copy_normalised(src, &mut self.img_patch[dst..dst + f[2]]);
                 for (d, &s) in self.seed_patch[dst..dst + f[2]]
                     .iter_mut()
                     .zip(&self.seed[src..src + f[2]])

@@ -10,6 +10,7 @@
 //! Coordinates are `[z, y, x]` throughout.
 
 mod canvas;
+mod image;
 pub mod movement;
 pub mod options;
 mod oracle;
@@ -20,6 +21,7 @@ mod segment;
 mod tests;
 
 pub use canvas::{Canvas, Counters, Origin, SeedOutcome, quantize_probability};
+pub use image::{CanvasImage, normalise};
 pub use movement::FaceMaxPolicy;
 pub use options::{InferenceOptions, Logits, logit, sigmoid};
 pub use oracle::LabelOracle;
@@ -149,6 +151,6 @@ pub fn mean_stddev_in_passes<E>(
 /// Image normalisation of google/ffn requests: `(x - mean) / stddev`, in `f32`.
 pub fn normalize_image(raw: &[f32], mean: f32, stddev: f32, out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(raw) {
-        *o = (v - mean) / stddev;
+        *o = normalise(v, mean, stddev);
     }
 }

@@ -6,7 +6,7 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use super::seeds::{GRID_OFFSETS, PeaksOptions, policy_grid, policy_peaks};
-use super::{Canvas, Counters, InferenceError, InferenceOptions, Origin, Predictor};
+use super::{Canvas, CanvasImage, Counters, InferenceError, InferenceOptions, Origin, Predictor};
 
 /// How the seed points of a run are chosen.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,13 +41,15 @@ impl SeedPolicy {
         }
     }
 
-    /// The seed points for a normalised `image` of `shape` (`[z, y, x]`). A grid step of 0 and
+    /// The seed points for an `image` of `shape` (`[z, y, x]`; normalised voxels, or raw ones with
+    /// their normalisation: PolicyPeaks reads a normalised copy of those). A grid step of 0 and
     /// listed points outside the volume are errors naming the value.
-    pub fn seeds(
+    pub fn seeds<'a>(
         &self,
-        image: &[f32],
+        image: impl Into<CanvasImage<'a>>,
         shape: [usize; 3],
     ) -> Result<Vec<[usize; 3]>, InferenceError> {
+        let image = image.into();
         let n = shape.iter().product::<usize>();
         if image.len() != n {
             return Err(InferenceError::Shape {
@@ -57,7 +59,7 @@ impl SeedPolicy {
             });
         }
         match self {
-            Self::Peaks(opts) => Ok(policy_peaks(image, shape, opts)),
+            Self::Peaks(opts) => Ok(policy_peaks(&image.normalised(), shape, opts)),
             Self::Grid { step: 0 } => Err(InferenceError::Geometry(
                 "grid seed policy step: expected at least 1, found 0".into(),
             )),
@@ -108,7 +110,8 @@ pub struct Segmentation {
     pub counters: Counters,
 }
 
-/// Segments a normalised `image` of `shape` (`[z][y][x]` flattened) with `predictor`, starting at
+/// Segments an `image` of `shape` (`[z][y][x]` flattened; normalised voxels, or raw 8-bit ones
+/// with their normalisation: a [`CanvasImage`]) with `predictor`, starting at
 /// the seeds of `options.seeds`. `clock` returns seconds from any origin (`&|| 0.0` without one)
 /// and times each segment; `on_progress` is called after every prediction and every seed.
 ///
@@ -123,14 +126,15 @@ pub struct Segmentation {
 /// assert_eq!(seg.counters.segments, 2);
 /// # Ok::<(), ffn_core::inference::InferenceError>(())
 /// ```
-pub fn segment<P: Predictor + ?Sized>(
-    image: &[f32],
+pub fn segment<'a, P: Predictor + ?Sized>(
+    image: impl Into<CanvasImage<'a>>,
     shape: [usize; 3],
     predictor: &mut P,
     options: &SegmentOptions,
     clock: &dyn Fn() -> f64,
     on_progress: &mut dyn FnMut(&Counters),
 ) -> Result<Segmentation, InferenceError> {
+    let image = image.into();
     let seeds = options.seeds.seeds(image, shape)?;
     let mut canvas = Canvas::new(
         image,

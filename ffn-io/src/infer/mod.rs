@@ -1,4 +1,5 @@
-//! Inference of a volume on disk: read the image (or a box of it), normalise it, segment it with
+//! Inference of a volume on disk: read the image (or a box of it), normalise it (an 8-bit image
+//! patch by patch as the canvas cuts it, so it stays 1 byte per voxel), segment it with
 //! [`ffn_core::inference::segment`], write the labels (and optionally the probability map).
 //! `ffn infer` is [`resolve_infer`] (flags over a google/ffn request over the defaults), this
 //! function, a progress bar and [`InferReport`] (the JSON summary and info file).
@@ -26,7 +27,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use ffn_core::inference::{
-    Counters, Predictor, SeedPolicy, SegmentOptions, Segmentation, normalize_image, segment,
+    CanvasImage, Counters, Predictor, SeedPolicy, SegmentOptions, Segmentation, normalise, segment,
 };
 use ndarray::Array3;
 
@@ -42,7 +43,8 @@ use crate::atomic::write_atomic;
 use crate::error::IoError;
 use crate::normalisation::{ChosenNormalisation, NormalisationChoice};
 use crate::volume::{
-    VolumeSpec, dataset_shape, read_image_f32_region, write_image_u8, write_labels_u32,
+    VolumeSpec, dataset_dtype, dataset_shape, read_image_f32_region, read_image_u8_region,
+    write_image_u8, write_labels_u32,
 };
 
 /// What [`infer_volume`] segments and where it writes.
@@ -132,15 +134,35 @@ pub fn infer_volume<P: Predictor + ?Sized>(
         Some(r) => r,
         None => ([0; 3], dataset_shape(&opts.image)?),
     };
-    // The array read is dropped here, not at the end of the function (shadowing would keep it).
-    let raw = into_flat(read_image_f32_region(&opts.image, offset, shape)?);
-    let norm = opts
-        .normalisation
-        .resolve(|| Ok(ffn_core::inference::mean_stddev(raw.iter().copied())))?;
+    // An 8-bit image stays 8-bit (the canvas normalises each patch as it cuts it: 1 byte per
+    // voxel instead of 4, the same values); any other is normalised in place as float32.
+    let (voxels, norm) = if dataset_dtype(&opts.image)? == "uint8" {
+        let raw = into_flat(read_image_u8_region(&opts.image, offset, shape)?);
+        let norm = opts.normalisation.resolve(|| {
+            Ok(ffn_core::inference::mean_stddev(
+                raw.iter().map(|&v| f32::from(v)),
+            ))
+        })?;
+        (ImageVoxels::Raw8(raw), norm)
+    } else {
+        let mut raw = into_flat(read_image_f32_region(&opts.image, offset, shape)?);
+        let norm = opts
+            .normalisation
+            .resolve(|| Ok(ffn_core::inference::mean_stddev(raw.iter().copied())))?;
+        for v in &mut raw {
+            *v = normalise(*v, norm.mean, norm.stddev);
+        }
+        (ImageVoxels::Normalised(raw), norm)
+    };
     on_event(InferEvent::Normalised(&norm));
-    let mut image = vec![0f32; raw.len()];
-    normalize_image(&raw, norm.mean, norm.stddev, &mut image);
-    drop(raw);
+    let image = match &voxels {
+        ImageVoxels::Raw8(v) => CanvasImage::Raw8 {
+            voxels: v,
+            mean: norm.mean,
+            stddev: norm.stddev,
+        },
+        ImageVoxels::Normalised(v) => CanvasImage::Normalised(v),
+    };
     let what = || format!("{} box {offset:?} + {shape:?} (z, y, x)", opts.image);
     let inference_err = |source| IoError::Inference {
         what: what(),
@@ -151,7 +173,7 @@ pub fn infer_volume<P: Predictor + ?Sized>(
     let seeds = opts
         .segment
         .seeds
-        .seeds(&image, shape)
+        .seeds(image, shape)
         .map_err(inference_err)?;
     let seed_seconds = t_seeds.elapsed().as_secs_f64();
     on_event(InferEvent::Seeds {
@@ -188,12 +210,12 @@ pub fn infer_volume<P: Predictor + ?Sized>(
     seg_opts.inference.keep_probability_map = opts.prob_out.is_some();
     let t0 = Instant::now();
     let clock = move || t0.elapsed().as_secs_f64();
-    let mut seg = segment(&image, shape, predictor, &seg_opts, &clock, &mut |c| {
+    let mut seg = segment(image, shape, predictor, &seg_opts, &clock, &mut |c| {
         on_event(InferEvent::Progress(c))
     })
     .map_err(inference_err)?;
     outcome.seconds = t0.elapsed().as_secs_f64();
-    drop(image);
+    drop(voxels);
     // The outputs are written from the result's own buffers (moved into arrays and back), not
     // from copies.
     let labels = array3(shape, core::mem::take(&mut seg.labels), "segmentation")?;
@@ -206,6 +228,14 @@ pub fn infer_volume<P: Predictor + ?Sized>(
     }
     outcome.segmentation = Some(seg);
     Ok(outcome)
+}
+
+/// The image voxels [`infer_volume`] holds while it segments.
+enum ImageVoxels {
+    /// 8-bit voxels as read.
+    Raw8(Vec<u8>),
+    /// Normalised voxels.
+    Normalised(Vec<f32>),
 }
 
 /// The voxels of `a`, `[z][y][x]` flattened: its own buffer when it holds exactly them in this
@@ -260,6 +290,61 @@ mod tests {
         o.normalisation.given = (Some(0.0), Some(1.0));
         o.segment = LabelOracle::exhaustive_options();
         o
+    }
+
+    /// The oracle, recording the bits of every image patch it is shown.
+    struct Recording {
+        oracle: LabelOracle,
+        seen: Vec<Vec<u32>>,
+    }
+
+    impl Predictor for Recording {
+        fn fov(&self) -> [usize; 3] {
+            self.oracle.fov
+        }
+
+        fn predict(&mut self, image: &[f32], seed: &[f32], out: &mut [f32]) {
+            self.seen.push(image.iter().map(|v| v.to_bits()).collect());
+            self.oracle.predict(image, seed, out);
+        }
+    }
+
+    #[test]
+    fn an_8_bit_image_is_segmented_as_its_float32_copy_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let values = Array3::from_shape_fn(
+            (9, 9, 18),
+            |(z, _, x)| {
+                if x < 9 { 60 + z as u8 } else { 200 }
+            },
+        );
+        let u8_spec = VolumeSpec::new(dir.path().join("u8.h5"), "image");
+        let f32_spec = VolumeSpec::new(dir.path().join("f32.h5"), "image");
+        crate::write_image_u8(&u8_spec, &values).unwrap();
+        crate::write_image_f32(&f32_spec, &values.mapv(f32::from)).unwrap();
+        let mut runs = Vec::new();
+        for (name, spec) in [("u8", u8_spec), ("f32", f32_spec)] {
+            let out = VolumeSpec::new(dir.path().join(format!("seg-{name}.h5")), "seg");
+            let mut opts = InferOptions::new(spec, out);
+            opts.segment = LabelOracle::exhaustive_options();
+            let mut predictor = Recording {
+                oracle: LabelOracle { fov: [5, 5, 5] },
+                seen: Vec::new(),
+            };
+            let done = infer_volume(&opts, &mut predictor, &mut |_| {}).unwrap();
+            let seg = done.segmentation.unwrap();
+            runs.push((done.normalisation.mean, seg.labels, predictor.seen));
+        }
+        // The statistics of the volume normalise it (not 0 / 1), the same for both.
+        assert!(
+            runs[0].0 > 60.0 && runs[0].0 == runs[1].0,
+            "{} {}",
+            runs[0].0,
+            runs[1].0
+        );
+        assert!(!runs[0].2.is_empty());
+        assert_eq!(runs[0].2, runs[1].2, "the same patches, bit for bit");
+        assert_eq!(runs[0].1, runs[1].1);
     }
 
     #[test]
