@@ -86,6 +86,7 @@ impl<'a> From<&'a Vec<f32>> for CanvasImage<'a> {
 mod tests {
     use super::*;
     use crate::inference::SeedPolicy;
+    use crate::inference::seeds::sobel_magnitude;
 
     #[test]
     fn raw_voxels_read_as_the_normalised_copy_would() {
@@ -135,6 +136,11 @@ mod tests {
             mean: 128.0,
             stddev: 33.0,
         };
+        let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(sobel_magnitude(image, shape)),
+            bits(sobel_magnitude(&normalised, shape))
+        );
         let policy = SeedPolicy::default();
         let from_raw = policy.seeds(image, shape).unwrap();
         assert!(!from_raw.is_empty());

@@ -154,3 +154,10 @@ pub fn normalize_image(raw: &[f32], mean: f32, stddev: f32, out: &mut [f32]) {
         *o = normalise(v, mean, stddev);
     }
 }
+
+/// [`normalize_image`] in place: the same values without a second buffer.
+pub fn normalize_image_in_place(image: &mut [f32], mean: f32, stddev: f32) {
+    for v in image {
+        *v = normalise(*v, mean, stddev);
+    }
+}

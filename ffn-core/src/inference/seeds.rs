@@ -16,6 +16,8 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::CanvasImage;
+
 /// Options of [`policy_peaks`]; the defaults are google/ffn's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PeaksOptions {
@@ -119,12 +121,14 @@ fn correlate_axis(
 
 /// The 3D Sobel gradient magnitude (scipy `generic_gradient_magnitude(image, sobel)`): for each
 /// axis, the `[-1, 0, 1]` derivative along it smoothed by `[1, 2, 1]` along the others; the squares
-/// are summed in f32 and square-rooted.
-pub fn sobel_magnitude(image: &[f32], shape: [usize; 3]) -> Vec<f32> {
+/// are summed in f32 and square-rooted. Raw 8-bit voxels are normalised as they are read, so no
+/// normalised copy of the volume is made.
+pub fn sobel_magnitude<'a>(image: impl Into<CanvasImage<'a>>, shape: [usize; 3]) -> Vec<f32> {
+    let image = image.into();
     let mut acc = vec![0f32; image.len()];
     let mut d = vec![0f32; image.len()];
     for axis in 0..3 {
-        d.copy_from_slice(image);
+        image.copy_normalised(0, &mut d);
         correlate_axis(&mut d, shape, axis, &[-1.0, 0.0, 1.0], true);
         for other in (0..3).filter(|&a| a != axis) {
             correlate_axis(&mut d, shape, other, &[1.0, 2.0, 1.0], false);
@@ -386,8 +390,13 @@ pub fn local_maxima(
     out
 }
 
-/// google/ffn's `PolicyPeaks` on a normalised image (see the module docs).
-pub fn policy_peaks(image: &[f32], shape: [usize; 3], opts: &PeaksOptions) -> Vec<[usize; 3]> {
+/// google/ffn's `PolicyPeaks` on a normalised image (see the module docs); raw 8-bit voxels give the
+/// seeds of their normalised copy without one being made.
+pub fn policy_peaks<'a>(
+    image: impl Into<CanvasImage<'a>>,
+    shape: [usize; 3],
+    opts: &PeaksOptions,
+) -> Vec<[usize; 3]> {
     let edges = sobel_magnitude(image, shape);
     let thresh = gaussian_blur(&edges, shape, opts.sigma);
     let is_edge: Vec<bool> = edges.iter().zip(&thresh).map(|(e, t)| e > t).collect();

@@ -59,7 +59,7 @@ impl SeedPolicy {
             });
         }
         match self {
-            Self::Peaks(opts) => Ok(policy_peaks(&image.normalised(), shape, opts)),
+            Self::Peaks(opts) => Ok(policy_peaks(image, shape, opts)),
             Self::Grid { step: 0 } => Err(InferenceError::Geometry(
                 "grid seed policy step: expected at least 1, found 0".into(),
             )),

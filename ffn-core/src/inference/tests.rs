@@ -472,3 +472,15 @@ fn mean_stddev_in_pieces_equals_mean_stddev_in_one_piece() {
     // No values: mean and stddev 0.
     assert_eq!(mean_stddev(core::iter::empty()), (0.0, 0.0));
 }
+
+#[test]
+fn normalising_in_place_gives_the_bits_of_a_normalised_copy() {
+    let raw: Vec<f32> = (0..300).map(|i| (i as f32) * 0.77 - 20.0).collect();
+    let mut copy = vec![0.0f32; raw.len()];
+    normalize_image(&raw, 128.0, 33.0, &mut copy);
+    let mut in_place = raw.clone();
+    normalize_image_in_place(&mut in_place, 128.0, 33.0);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&in_place), bits(&copy));
+    assert_ne!(bits(&in_place), bits(&raw));
+}

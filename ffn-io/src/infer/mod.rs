@@ -27,7 +27,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use ffn_core::inference::{
-    CanvasImage, Counters, Predictor, SeedPolicy, SegmentOptions, Segmentation, normalise, segment,
+    CanvasImage, Counters, Predictor, SeedPolicy, SegmentOptions, Segmentation,
+    normalize_image_in_place, segment,
 };
 use ndarray::Array3;
 
@@ -149,9 +150,7 @@ pub fn infer_volume<P: Predictor + ?Sized>(
         let norm = opts
             .normalisation
             .resolve(|| Ok(ffn_core::inference::mean_stddev(raw.iter().copied())))?;
-        for v in &mut raw {
-            *v = normalise(*v, norm.mean, norm.stddev);
-        }
+        normalize_image_in_place(&mut raw, norm.mean, norm.stddev);
         (ImageVoxels::Normalised(raw), norm)
     };
     on_event(InferEvent::Normalised(&norm));

@@ -37,7 +37,7 @@ use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ffn_core::inference::{Predictor, SegmentOptions, normalize_image, segment};
+use ffn_core::inference::{Predictor, SegmentOptions, normalize_image_in_place, segment};
 use ffn_core::segmentation::reconcile::cut_box;
 use ffn_core::segmentation::reconcile::{
     MergeRule, ReconcileSummary, TileLabels, TileSource, reconcile, reconcile_ids,
@@ -191,15 +191,10 @@ pub fn segment_tile<P: Predictor + ?Sized>(
     let t0 = Instant::now();
     let origin = core::array::from_fn(|a| opts.offset[a] + tile.origin[a]);
     let raw = read_image_f32_region(&opts.image, origin, tile.shape)?;
-    let raw: Vec<f32> = raw.iter().copied().collect();
-    let image = match opts.normalisation {
-        None => raw,
-        Some((mean, stddev)) => {
-            let mut norm = vec![0.0; raw.len()];
-            normalize_image(&raw, mean, stddev, &mut norm);
-            norm
-        }
-    };
+    let mut image: Vec<f32> = raw.iter().copied().collect();
+    if let Some((mean, stddev)) = opts.normalisation {
+        normalize_image_in_place(&mut image, mean, stddev);
+    }
     let clock = || t0.elapsed().as_secs_f64();
     let seg = segment(
         &image,
