@@ -516,3 +516,89 @@ fn sigterm_stops_with_a_checkpoint_and_status_75_and_resume_continues() {
         .unwrap();
     assert_eq!(load_checkpoint(&done).unwrap().step, stopped.step + 3);
 }
+
+#[test]
+fn deepen_makes_a_deeper_model_that_segments_the_same_and_fine_tunes() {
+    let dir = tempfile::tempdir().unwrap();
+    let common = prepare(dir.path());
+    let d = |n: &str| dir.path().join(n).display().to_string();
+    let o = train(&common, &["--out", &d("a"), "--max-steps", "8"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let deep = d("deep.safetensors");
+    ok(&[
+        "deepen",
+        &d("a"),
+        "--depth",
+        "4",
+        "--seed",
+        "3",
+        "--out",
+        &deep,
+    ]);
+    let m = ffn_io::load_model(Path::new(&deep)).unwrap();
+    assert_eq!(m.config.depth, 4);
+    // The deeper model segments the volume exactly as the model it came from.
+    let h5 = d("s.h5");
+    let segment = |model: &str, out: &str| -> Vec<u8> {
+        let seg = format!("{}:seg", d(out));
+        ok(&[
+            "infer",
+            "--image",
+            &format!("{h5}:image"),
+            "--checkpoint",
+            model,
+            "--out",
+            &seg,
+            "--seed-policy",
+            "grid",
+            "--grid-step",
+            "12",
+            "--min-segment-size",
+            "1",
+        ]);
+        let labels = ffn_io::read_labels(&ffn_io::VolumeSpec::new(d(out), "seg")).unwrap();
+        labels.iter().flat_map(|v| v.to_le_bytes()).collect()
+    };
+    assert_eq!(segment(&d("a"), "shallow.h5"), segment(&deep, "deep.h5"));
+    // Fine-tuning at the new depth starts from its weights.
+    let deeper = with(&common, "--depth", "4");
+    let b = frozen_run_from(&deeper, &d("b"), 2, &deep);
+    assert_eq!(bits(&b.params), bits(&m.params));
+    // At the old depth it is refused, naming the field; as a resume point, with a way out.
+    let o = train(
+        &common,
+        &[
+            "--out",
+            &d("c"),
+            "--max-steps",
+            "1",
+            "--init-checkpoint",
+            &deep,
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("depth"), "{err}");
+    let run = Path::new(&d("b")).join("checkpoints");
+    std::fs::copy(&deep, run.join("ckpt-0000000009.safetensors")).unwrap();
+    let o = train(
+        &deeper,
+        &["--out", &d("b"), "--max-steps", "10", "--resume"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("deepened") && err.contains("--init-checkpoint"),
+        "{err}"
+    );
+    // Not deeper than the model: an error naming the field.
+    let o = ffn(&[
+        "deepen",
+        &deep,
+        "--depth",
+        "3",
+        "--out",
+        &d("x.safetensors"),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("model.depth"), "{err}");
+    assert!(!Path::new(&d("x.safetensors")).exists());
+}

@@ -15,6 +15,7 @@ pub mod config;
 pub mod coords;
 pub mod cpu_time;
 pub mod crc32c;
+pub mod deepen;
 pub mod demo;
 pub mod error;
 pub mod evaluation;

@@ -8,6 +8,7 @@ mod bench_scaling;
 mod comm_selftest;
 mod consensus;
 pub mod coordinates;
+mod deepen;
 pub mod demo;
 mod dist_args;
 mod eval;
@@ -53,6 +54,8 @@ pub enum Command {
     Inspect(inspect::Args),
     /// The weight average of checkpoints of one training run: `ffn average A B C --out avg.safetensors`.
     Average(average::Args),
+    /// Adds identity residual modules to a trained model, to fine-tune deeper: `ffn deepen M --depth 8 --out deep.safetensors`.
+    Deepen(deepen::Args),
     /// Segments a volume (or a crop) by flood filling with a trained model; reads google/ffn requests.
     Infer(infer::Args),
     /// Scores a segmentation against ground truth: VI split/merge, adapted Rand error, worst errors.
@@ -82,6 +85,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Import(args) => import::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Average(args) => average::run(args),
+        Command::Deepen(args) => deepen::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Eval(args) => eval::run(args),
         Command::InferTiled(args) => tiled::run(args),

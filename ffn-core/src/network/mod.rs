@@ -577,6 +577,7 @@ pub fn analytic_flops(cfg: &ModelConfig) -> Flops {
     }
 }
 
+pub mod deepen;
 pub mod grad_hooks;
 
 #[cfg(test)]

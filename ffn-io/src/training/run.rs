@@ -227,6 +227,13 @@ impl<'g> TrainingRun<'g> {
                         path.display()
                     );
                 }
+                if crate::deepen::is_deepened(&ck.training_config) {
+                    bail!(
+                        "{}: a deepened model (ffn deepen) holds no optimiser state and cannot be \
+                         resumed; start a run from it with --init-checkpoint",
+                        path.display()
+                    );
+                }
                 check_architecture(&path, &model, &ck.model)?;
                 let saved = ck
                     .training_config
