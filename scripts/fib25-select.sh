@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Scores a FIB-25 training run's checkpoints on the three selection boxes of
+# models/ffn-rs-fib25/MODEL_CARD.md (x,y,z 20,150,160; 20,30,160; 140,150,160; each 80^3 with 24
+# voxels of context inside z >= 150), never on the held-out box (140,30,160), and prints each
+# checkpoint's adapted Rand error per box and their mean.
+#
+#   bash scripts/fib25-select.sh RUN_DIR [extra `ffn bench learn` flags, e.g. --every 4]
+#
+# RUN_DIR is a training run's folder (or any folder with checkpoints/ckpt-STEP.safetensors, e.g. a
+# shipped model copied there). Results are cached in RUN_DIR/selection/ (`ffn bench learn` only
+# scores checkpoints it has not scored before); the full 250^3 volume is made once in
+# runs/eval/full.h5.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+run=${1:?usage: fib25-select.sh RUN_DIR [ffn bench learn flags]}
+shift
+ffn=${FFN:-target/release/ffn}
+[ -x "$ffn" ] || cargo build --release -p ffn-cli
+full=runs/eval/full.h5
+if [ ! -f "$full.done" ]; then
+  mkdir -p runs/eval
+  rm -f "$full"
+  "$ffn" import stack data/fib25/grayscale_maps --output "$full:image"
+  "$ffn" import labels data/fib25/groundtruth.h5.gz --output "$full:labels"
+  touch "$full.done"
+fi
+boxes=(20,150,160 20,30,160 140,150,160)
+for box in "${boxes[@]}"; do
+  "$ffn" bench learn --run "$run" --image "$full:image" --labels "$full:labels" --offset "$box" \
+    --size 80,80,80 --heldout-z 150 --context 24 --out "$run/selection/$box" "$@" >/dev/null
+done
+# learning.csv per box: model,step,...,adapted_rand_error (10th field); one line per checkpoint.
+echo "step ${boxes[*]} mean"
+for box in "${boxes[@]}"; do
+  tail -n +2 "$run/selection/$box/learning.csv" | awk -F, -v b="$box" '$1 == "ffn-rs" {print $2, b, $10}'
+done | awk '{s[$1] = s[$1] " " $3; n[$1]++; t[$1] += $3}
+  END {for (k in s) if (n[k] == 3) printf "%s%s %.4f\n", k, s[k], t[k] / 3}' | sort -n
