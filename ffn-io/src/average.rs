@@ -16,8 +16,7 @@ use anyhow::{Context, Result, bail, ensure};
 use ffn_core::model_spec::ModelConfig;
 use serde_json::{Value, json};
 
-/// The key of a checkpoint's training configuration that marks a weight average.
-const AVERAGED: &str = "averaged";
+use crate::derived::{self, AVERAGED};
 
 /// Whether a checkpoint's training configuration marks it as a weight average.
 pub fn is_average(training_config: &Value) -> bool {
@@ -83,12 +82,7 @@ pub fn average_checkpoints(paths: &[PathBuf]) -> Result<Checkpoint> {
     out.optimizer.clear();
     let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     let record = json!({ "steps": steps, "paths": paths });
-    match &mut out.training_config {
-        Value::Object(map) => {
-            map.insert(AVERAGED.into(), record);
-        }
-        other => *other = json!({ AVERAGED: record }),
-    }
+    derived::record(&mut out.training_config, AVERAGED, record);
     Ok(out)
 }
 

@@ -15,11 +15,9 @@ use ffn_core::rng::Rng;
 use serde_json::{Value, json};
 
 use crate::checkpoint::{Checkpoint, load_checkpoint, save_checkpoint};
+use crate::derived::{self, DEEPENED};
 use crate::model::load_model;
 use crate::tf_bundle;
-
-/// The key of a checkpoint's training configuration that marks a deepened model.
-const DEEPENED: &str = "deepened";
 
 /// Whether a checkpoint's training configuration marks it as a deepened model.
 pub fn is_deepened(training_config: &Value) -> bool {
@@ -62,12 +60,7 @@ pub fn deepen_model(opts: &DeepenOptions) -> Result<Checkpoint> {
         "seed": opts.seed,
     });
     let mut training_config = training_config;
-    match &mut training_config {
-        Value::Object(map) => {
-            map.insert(DEEPENED.into(), record);
-        }
-        other => *other = json!({ DEEPENED: record }),
-    }
+    derived::record(&mut training_config, DEEPENED, record);
     Ok(Checkpoint {
         model,
         params,

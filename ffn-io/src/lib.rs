@@ -17,6 +17,7 @@ pub mod cpu_time;
 pub mod crc32c;
 pub mod deepen;
 pub mod demo;
+pub mod derived;
 pub mod error;
 pub mod evaluation;
 pub mod export;

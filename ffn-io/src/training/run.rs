@@ -220,17 +220,10 @@ impl<'g> TrainingRun<'g> {
         };
         let (mut net, start) = match resume_from {
             Some((path, ck)) => {
-                if crate::average::is_average(&ck.training_config) {
+                if let Some(made_by) = crate::derived::derived_by(&ck.training_config) {
                     bail!(
-                        "{}: a weight average of checkpoints (ffn average) holds no optimiser state \
-                         and cannot be resumed; start a run from it with --init-checkpoint",
-                        path.display()
-                    );
-                }
-                if crate::deepen::is_deepened(&ck.training_config) {
-                    bail!(
-                        "{}: a deepened model (ffn deepen) holds no optimiser state and cannot be \
-                         resumed; start a run from it with --init-checkpoint",
+                        "{}: {made_by} holds no optimiser state and cannot be resumed; start a run \
+                         from it with --init-checkpoint",
                         path.display()
                     );
                 }
