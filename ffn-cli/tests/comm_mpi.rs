@@ -11,17 +11,8 @@ use support::*;
 const LIMIT: Duration = Duration::from_secs(180);
 
 fn mpirun(n: usize, args: &[&str]) -> Command {
-    let mut cmd = Command::new("mpirun");
-    cmd.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-n",
-        &n.to_string(),
-        FFN,
-    ])
-    .args(args);
-    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    let mut cmd = mpirun_command(n, &[], FFN);
+    cmd.args(args);
     cmd
 }
 

@@ -2,6 +2,7 @@
 //! segmentation as 1 rank, with the tiles shared dynamically between the ranks.
 
 mod support;
+use support::mpirun_command;
 use support::tiled::*;
 
 fn tiled_args<'a>(img: &'a str, out: &'a str, store: &'a str, backend: &'a str) -> Vec<&'a str> {
@@ -88,14 +89,7 @@ fn two_and_three_mpi_ranks_match_one_rank() {
         let out = format!("{h5}:mpi{n}");
         let store = s(&dir.path().join(format!("t_mpi{n}")));
         let child = spawn(
-            std::process::Command::new("mpirun")
-                .args([
-                    "--allow-run-as-root",
-                    "--oversubscribe",
-                    "-n",
-                    &n.to_string(),
-                    env!("CARGO_BIN_EXE_ffn"),
-                ])
+            mpirun_command(n, &[], env!("CARGO_BIN_EXE_ffn"))
                 .args(tiled_args(&img, &out, &store, "mpi")),
         );
         let output = child.wait_with_output().unwrap();

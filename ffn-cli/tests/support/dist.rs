@@ -33,20 +33,8 @@ pub fn launch(n: usize, args: &[String]) -> Command {
 
 /// `mpirun --allow-run-as-root --oversubscribe -n N ffn ARGS`.
 pub fn mpirun(n: usize, args: &[String]) -> Command {
-    let mut c = Command::new("mpirun");
-    c.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-n",
-        &n.to_string(),
-        "-x",
-        THREADS.0,
-        FFN,
-    ])
-    .args(args);
-    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env(THREADS.0, THREADS.1);
+    let mut c = super::mpirun_command(n, &["-x", THREADS.0], FFN);
+    c.args(args).env(THREADS.0, THREADS.1);
     c
 }
 

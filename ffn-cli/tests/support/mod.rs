@@ -129,3 +129,28 @@ pub fn ffn_with_address_limit(args: &[&str], limit: u64) -> Command {
     }
     cmd
 }
+
+/// `mpirun --allow-run-as-root --oversubscribe -n N MPIRUN_ARGS.. PROGRAM`, with its own Open MPI
+/// session-directory base (`OMPI_MCA_orte_tmpdir_base`, a fresh directory under the system temp
+/// directory): mpiruns started at the same moment, as the tests of one binary are, otherwise race
+/// to create the shared one under /tmp and one fails ("orte_session_dir failed", "File exists").
+pub fn mpirun_command(n: usize, mpirun_args: &[&str], program: &str) -> Command {
+    let base = tempfile::Builder::new()
+        .prefix("ffn-ompi-")
+        .tempdir()
+        .expect("a temporary directory for Open MPI")
+        .keep();
+    let mut c = Command::new("mpirun");
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        &n.to_string(),
+    ])
+    .args(mpirun_args)
+    .arg(program)
+    .env("OMPI_MCA_orte_tmpdir_base", base)
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    c
+}
