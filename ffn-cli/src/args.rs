@@ -114,3 +114,31 @@ mod tests {
         assert!(e.contains("FFN_SIMD") && e.contains("`sse4`"), "{e}");
     }
 }
+
+/// The flood-fill thresholds that a model can record (`ffn set-inference`) and that `ffn infer` and
+/// `ffn infer-tiled` take, each unset unless given.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ThresholdFlags {
+    /// Probability needed to move the FOV, and at the seed to keep going (google/ffn's default
+    /// 0.9).
+    #[arg(long)]
+    pub move_threshold: Option<f32>,
+    /// Probability at which voxels join the segment (google/ffn's default 0.6).
+    #[arg(long)]
+    pub segment_threshold: Option<f32>,
+    /// Smallest segment kept, voxels (google/ffn's default 1000).
+    #[arg(long)]
+    pub min_segment_size: Option<usize>,
+}
+
+impl ThresholdFlags {
+    /// The given thresholds as a set of inference settings (`chosen_on` unset).
+    pub fn settings(&self) -> ffn_io::inference_defaults::InferenceDefaults {
+        ffn_io::inference_defaults::InferenceDefaults {
+            move_threshold: self.move_threshold,
+            segment_threshold: self.segment_threshold,
+            min_segment_size: self.min_segment_size,
+            chosen_on: None,
+        }
+    }
+}

@@ -618,6 +618,20 @@ pub fn inspect_checkpoint(path: &Path) -> Result<CheckpointListing, IoError> {
     })
 }
 
+/// A checkpoint of `model` with zero weights, saved at `path`, for tests of code that loads models.
+#[cfg(test)]
+pub(crate) fn save_zero_checkpoint(path: &Path, model: ModelConfig) {
+    let ck = Checkpoint {
+        model,
+        params: vec![0.0; model.num_params()],
+        optimizer: vec![],
+        step: 0,
+        rng_state: [1, 2, 3, 4],
+        training_config: serde_json::json!({}),
+    };
+    save_checkpoint(path, &ck).unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,6 @@ use std::time::Instant;
 use crate::flyem_sample::FlyEmSample;
 use anyhow::{Context, Result, bail, ensure};
 use ffn_comm::data_parallel::{DataParallel, DataParallelOptions};
-use ffn_core::inference::InferenceOptions;
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::{ConvStack3d, WeightInit};
 use ffn_core::training::coordinates::{CoordinateConfig, build_coordinates};
@@ -62,8 +61,9 @@ pub struct DemoOptions {
     pub batch_size: usize,
     /// Adam learning rate of the short run (weights drawn Glorot-uniform, as the shipped model's).
     pub learning_rate: f32,
-    /// Smallest segment kept by inference (voxels).
-    pub min_segment_size: usize,
+    /// Smallest segment kept by inference (voxels) [each model's recorded inference settings
+    /// ([`crate::inference_defaults`]), else google/ffn's 1000].
+    pub min_segment_size: Option<usize>,
     /// Seed of weights and sampling.
     pub seed: u64,
 }
@@ -94,7 +94,7 @@ impl DemoOptions {
             },
             batch_size: 4,
             learning_rate: 0.0003,
-            min_segment_size: 1000,
+            min_segment_size: None,
             seed: 1,
         }
     }
@@ -244,17 +244,20 @@ pub fn run_demo(opts: &DemoOptions, on_event: &mut dyn FnMut(DemoEvent<'_>)) -> 
     for (name, path, dataset) in models {
         let m = crate::load_model(path).with_context(|| format!("loading {}", path.display()))?;
         let net = ConvStack3d::from_params(m.config, m.params)?;
-        let scored = held.segment(
-            net,
-            m.normalisation,
-            &InferenceOptions {
-                min_segment_size: opts.min_segment_size,
-                ..InferenceOptions::default()
-            },
-        )?;
+        let recorded = m.inference_defaults.unwrap_or_default();
+        let mut inference = recorded.options();
+        if let Some(n) = opts.min_segment_size {
+            inference.min_segment_size = n;
+        }
+        let scored = held.segment(net, m.normalisation, &inference)?;
+        let settings = match recorded.is_empty() {
+            true => "google/ffn's inference defaults".to_string(),
+            false => format!("inference settings recorded with the model: {recorded}"),
+        };
         on_event(DemoEvent::Note(format!(
-            "      {name} ({}): {} segments in {:.1} s",
+            "      {name} ({}; {settings}; min segment size {}): {} segments in {:.1} s",
             path.display(),
+            inference.min_segment_size,
             scored.segments,
             scored.seconds
         )));

@@ -25,6 +25,7 @@ pub mod flyem_sample;
 pub mod heldout;
 pub mod import;
 pub mod infer;
+pub mod inference_defaults;
 pub mod labels;
 pub mod learning;
 pub mod memory;

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::checkpoint::{architecture_diff, latest_checkpoint, load_checkpoint};
 use crate::error::IoError;
+use crate::inference_defaults::{self, InferenceDefaults};
 use crate::tf_bundle;
 
 /// How the images a model was trained on were normalised, `(x - mean) / stddev`.
@@ -49,6 +50,9 @@ pub struct LoadedModel {
     /// The training normalisation, where the file records it (ffn-rs checkpoints); `None` for
     /// google/ffn TF checkpoints, which do not.
     pub normalisation: Option<TrainingNormalisation>,
+    /// The inference settings recorded with the model ([`crate::inference_defaults`]); `None`
+    /// when it records none (always for google/ffn TF checkpoints).
+    pub inference_defaults: Option<InferenceDefaults>,
 }
 
 /// Loads any supported model: an ffn-rs `.safetensors` checkpoint, a folder of them or a training
@@ -75,6 +79,7 @@ pub fn load_model(path: &Path) -> Result<LoadedModel, IoError> {
             config,
             params,
             normalisation: None,
+            inference_defaults: None,
         });
     }
     if !file.exists() {
@@ -82,11 +87,13 @@ pub fn load_model(path: &Path) -> Result<LoadedModel, IoError> {
     }
     let ck = load_checkpoint(&file)?;
     let normalisation = training_normalisation(&file, &ck.training_config)?;
+    let inference_defaults = inference_defaults::read(&file, &ck.training_config)?;
     Ok(LoadedModel {
         path: file,
         config: ck.model,
         params: ck.params,
         normalisation,
+        inference_defaults,
     })
 }
 

@@ -78,9 +78,10 @@ pub struct Args {
     /// Adam learning rate of the short run (weights drawn Glorot-uniform, as the shipped model's).
     #[arg(long, default_value_t = 0.0003)]
     pub learning_rate: f32,
-    /// Smallest segment kept by inference (voxels).
-    #[arg(long, default_value_t = 1000)]
-    pub min_segment_size: usize,
+    /// Smallest segment kept by inference, voxels [each model's recorded inference settings, else
+    /// google/ffn's 1000].
+    #[arg(long)]
+    pub min_segment_size: Option<usize>,
     /// Seed of weights and sampling.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -17,6 +17,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 /// Arguments of `ffn infer`.
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Thresholds (--move-threshold, --segment-threshold, --min-segment-size): the command line, else a request (which replaces the settings of the model as a whole), else the settings recorded with the model (ffn set-inference), else the defaults of google/ffn."
+)]
 pub struct Args {
     /// Image volume, FILE.h5:DATASET (uint8 or float32, z,y,x). Default: the request's image.
     #[arg(long)]
@@ -61,15 +64,10 @@ pub struct Args {
     /// Probability fed for unvisited voxels [request, else 0.05].
     #[arg(long)]
     pad_value: Option<f32>,
-    /// Probability needed to move the FOV [request, else 0.9].
-    #[arg(long)]
-    move_threshold: Option<f32>,
-    /// Probability at which voxels join the segment [request, else 0.6].
-    #[arg(long)]
-    segment_threshold: Option<f32>,
-    /// Smallest segment kept, voxels [request, else 1000].
-    #[arg(long)]
-    min_segment_size: Option<usize>,
+    /// Flood-fill thresholds [a request's, else the model's recorded settings (`ffn
+    /// set-inference`), else google/ffn's defaults].
+    #[command(flatten)]
+    thresholds: crate::args::ThresholdFlags,
     /// Seeds closer than this to a segment are skipped, x,y,z [request, else 1,1,1].
     #[arg(long, value_name = "X,Y,Z")]
     min_boundary_dist: Option<String>,
@@ -133,9 +131,9 @@ pub fn run(args: Args) -> Result<()> {
         grid_step: args.grid_step,
         init_activation: args.init_activation,
         pad_value: args.pad_value,
-        move_threshold: args.move_threshold,
-        segment_threshold: args.segment_threshold,
-        min_segment_size: args.min_segment_size,
+        move_threshold: args.thresholds.move_threshold,
+        segment_threshold: args.thresholds.segment_threshold,
+        min_segment_size: args.thresholds.min_segment_size,
         min_boundary_dist: args.min_boundary_dist,
         no_disco: args.no_disco,
         conv: args.conv,
@@ -149,6 +147,11 @@ pub fn run(args: Args) -> Result<()> {
     let request = args.request.as_deref().zip(req.as_ref());
     let mut run = resolve_infer(&given, &outputs, request)?;
     let (shape, policy) = (run.shape, run.seed_policy.clone());
+    if let Some(d) = &run.model_defaults {
+        eprintln!(
+            "inference settings recorded with the model: {d} (the command line overrides them)"
+        );
+    }
 
     // Inference, with a progress bar.
     let total_voxels = (shape[0] * shape[1] * shape[2]) as f64;

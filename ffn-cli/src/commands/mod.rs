@@ -19,6 +19,7 @@ mod inspect;
 mod launch;
 pub mod partitions;
 mod selfcheck;
+mod set_inference;
 pub mod synth;
 pub mod tiled;
 pub mod train;
@@ -56,6 +57,8 @@ pub enum Command {
     Average(average::Args),
     /// Adds identity residual modules to a trained model, to fine-tune deeper: `ffn deepen M --depth 8 --out deep.safetensors`.
     Deepen(deepen::Args),
+    /// Records inference settings with a model for infer, infer-tiled and demo: `ffn set-inference M --segment-threshold 0.5 --out M2.safetensors`.
+    SetInference(set_inference::Args),
     /// Segments a volume (or a crop) by flood filling with a trained model; reads google/ffn requests.
     Infer(infer::Args),
     /// Scores a segmentation against ground truth: VI split/merge, adapted Rand error, worst errors.
@@ -86,6 +89,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Inspect(args) => inspect::run(args),
         Command::Average(args) => average::run(args),
         Command::Deepen(args) => deepen::run(args),
+        Command::SetInference(args) => set_inference::run(args),
         Command::Infer(args) => infer::run(args),
         Command::Eval(args) => eval::run(args),
         Command::InferTiled(args) => tiled::run(args),

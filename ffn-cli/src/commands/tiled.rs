@@ -25,6 +25,9 @@ pub enum SeedPolicy {
 
 /// Arguments of `ffn infer-tiled`.
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Thresholds (--move-threshold, --segment-threshold, --min-segment-size): the command line, else the settings recorded with the model (ffn set-inference), else the defaults of google/ffn."
+)]
 pub struct Args {
     /// The image, FILE.h5:DATASET (axes z,y,x).
     #[arg(long)]
@@ -89,15 +92,10 @@ pub struct Args {
     /// Step of the grid seed policy.
     #[arg(long, default_value_t = 16)]
     pub grid_step: usize,
-    /// Segments with fewer voxels are dropped.
-    #[arg(long, default_value_t = 1000)]
-    pub min_segment_size: usize,
-    /// Object probability needed to move the FOV (and to keep a seed).
-    #[arg(long, default_value_t = 0.9)]
-    pub move_threshold: f32,
-    /// Object probability at which a voxel joins a segment.
-    #[arg(long, default_value_t = 0.6)]
-    pub segment_threshold: f32,
+    /// Flood-fill thresholds [the model's recorded settings (`ffn set-inference`), else
+    /// google/ffn's defaults].
+    #[command(flatten)]
+    pub thresholds: crate::args::ThresholdFlags,
     /// Seeds closer than this (x,y,z or one number) to an existing segment are skipped.
     #[arg(long, default_value = "1")]
     pub min_boundary_dist: String,
@@ -138,9 +136,9 @@ pub fn run(args: Args) -> Result<()> {
         image_stddev: args.image_stddev,
         grid_seeds: args.seed_policy == SeedPolicy::Grid,
         grid_step: args.grid_step,
-        min_segment_size: args.min_segment_size,
-        move_threshold: args.move_threshold,
-        segment_threshold: args.segment_threshold,
+        min_segment_size: args.thresholds.min_segment_size,
+        move_threshold: args.thresholds.move_threshold,
+        segment_threshold: args.thresholds.segment_threshold,
         min_boundary_dist: args.min_boundary_dist,
         merge: MergeRule {
             min_overlap: args.min_overlap,
@@ -174,6 +172,12 @@ pub fn run(args: Args) -> Result<()> {
             "infer-tiled: image normalisation (x - {}) / {}, {}",
             norm.mean, norm.stddev, norm.source
         );
+        if let Some(d) = &setup.model_defaults {
+            eprintln!(
+                "infer-tiled: inference settings recorded with the model: {d} (the command line \
+                 overrides them)"
+            );
+        }
         if setup.overlap_below_fov() {
             eprintln!(
                 "infer-tiled: warning: tile overlap {} is smaller than the FOV {} (x,y,z): segments may not reach \

@@ -45,6 +45,7 @@ impl InferReport {
             "image_stddev": norm.stddev,
             "image_normalisation_source": norm.source,
             "options": options_json(&run.options.segment.inference),
+            "model_inference_defaults": run.model_defaults.as_ref().map(|d| d.to_json()),
             "seed_policy": run.seed_policy,
             "seeds": done.seeds.len(),
             "seed_policy_s": done.seed_seconds,

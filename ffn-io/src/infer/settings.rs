@@ -1,5 +1,6 @@
-//! The settings of `ffn infer`, layered: defaults < a google/ffn [`InferenceRequest`] < explicit
-//! overrides (the command line); [`resolve_infer`] turns them into [`InferOptions`] and a loaded
+//! The settings of `ffn infer`, layered: defaults < the settings recorded with the model
+//! ([`crate::inference_defaults`]) < a google/ffn [`InferenceRequest`] (which replaces the model's
+//! settings as a whole) < explicit overrides (the command line); [`resolve_infer`] turns them into [`InferOptions`] and a loaded
 //! network.
 
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::ConvStack3d;
 
 use super::InferOptions;
+use crate::inference_defaults::InferenceDefaults;
 use crate::normalisation::NormalisationChoice;
 use crate::request::InferenceRequest;
 use crate::volume::VolumeSpec;
@@ -46,11 +48,11 @@ pub struct InferOverrides {
     pub init_activation: Option<f32>,
     /// `--pad-value` [request, else 0.05].
     pub pad_value: Option<f32>,
-    /// `--move-threshold` [request, else 0.9].
+    /// `--move-threshold` [request, else the model's recorded setting, else 0.9].
     pub move_threshold: Option<f32>,
-    /// `--segment-threshold` [request, else 0.6].
+    /// `--segment-threshold` [request, else the model's recorded setting, else 0.6].
     pub segment_threshold: Option<f32>,
-    /// `--min-segment-size` [request, else 1000].
+    /// `--min-segment-size` [request, else the model's recorded setting, else 1000].
     pub min_segment_size: Option<usize>,
     /// `--min-boundary-dist`, `x,y,z` [request, else 1,1,1].
     pub min_boundary_dist: Option<String>,
@@ -92,6 +94,10 @@ pub struct ResolvedInfer {
     pub seed_policy: String,
     /// Fields of the request that inference does not use.
     pub ignored_request_fields: Vec<String>,
+    /// The inference settings recorded with the model that were used (none when a request was
+    /// given, which replaces them, or when the model records none); the command line's values
+    /// still win over them.
+    pub model_defaults: Option<InferenceDefaults>,
 }
 
 /// Resolves the settings of one inference: `given` over `request` (the file it was read from and
@@ -142,6 +148,8 @@ pub fn resolve_infer(
     // one the network was trained at.
     let fov_recorded = !crate::tf_bundle::is_tf_checkpoint(&loaded.path);
     let (ck_cfg, params, trained_norm) = (loaded.config, loaded.params, loaded.normalisation);
+    // A request is a complete set of google/ffn inference options: it replaces the model's.
+    let model_defaults = loaded.inference_defaults.filter(|_| req.is_none());
     let cfg: ModelConfig = match request {
         Some((p, r)) => {
             let c = r.model_config(ck_cfg, p)?;
@@ -185,7 +193,11 @@ pub fn resolve_infer(
         full,
         &image_spec,
     )?;
-    let mut opts = req.map(|r| r.options.clone()).unwrap_or_default();
+    let mut opts = match (req, &model_defaults) {
+        (Some(r), _) => r.options.clone(),
+        (None, Some(d)) => d.options(),
+        (None, None) => Default::default(),
+    };
     if let Some(v) = given.init_activation {
         opts.init_activation = v;
     }
@@ -270,6 +282,7 @@ pub fn resolve_infer(
         shape,
         seed_policy: policy,
         ignored_request_fields: req.map(|r| r.ignored.clone()).unwrap_or_default(),
+        model_defaults,
     })
 }
 
@@ -335,7 +348,6 @@ pub fn parse_seed_list(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::{Checkpoint, save_checkpoint};
     use crate::infer::{InferReport, default_info_path, infer_volume};
     use ffn_core::inference::InferenceOptions;
     use ndarray::Array3;
@@ -351,16 +363,8 @@ mod tests {
             fov: [9, 9, 9],
             deltas: [2, 2, 2],
         };
-        let ck = Checkpoint {
-            model,
-            params: vec![0.0; model.num_params()],
-            optimizer: vec![],
-            step: 0,
-            rng_state: [1, 2, 3, 4],
-            training_config: serde_json::json!({}),
-        };
         let path = dir.join("m.safetensors");
-        save_checkpoint(&path, &ck).unwrap();
+        crate::checkpoint::save_zero_checkpoint(&path, model);
         (image.to_string(), path)
     }
 
@@ -445,6 +449,74 @@ mod tests {
         let run = resolve_infer(&given, &out, Some((&req_path, &req))).unwrap();
         assert_eq!(run.seed_policy, "list");
         assert_eq!(run.options.segment.seeds, SeedPolicy::List(vec![[3, 2, 1]]));
+    }
+
+    #[test]
+    fn the_models_recorded_settings_beat_the_defaults_and_yield_to_a_request_and_flags() {
+        use crate::inference_defaults::{RecordOptions, write_with_defaults};
+        let dir = tempfile::tempdir().unwrap();
+        let (image, ckpt) = image_and_model(dir.path());
+        let out = outputs(dir.path());
+        let recorded = InferenceDefaults {
+            segment_threshold: Some(0.5),
+            min_segment_size: Some(100),
+            ..Default::default()
+        };
+        let tuned = dir.path().join("tuned.safetensors");
+        let opts = RecordOptions {
+            model: ckpt.clone(),
+            defaults: recorded.clone(),
+        };
+        write_with_defaults(&opts, &tuned).unwrap();
+
+        // Recorded settings over google/ffn's defaults; the others stay the defaults.
+        let given = InferOverrides {
+            image: Some(image.clone()),
+            checkpoint: Some(tuned.clone()),
+            ..Default::default()
+        };
+        let run = resolve_infer(&given, &out, None).unwrap();
+        assert_eq!(run.model_defaults.as_ref(), Some(&recorded));
+        let o = &run.options.segment.inference;
+        let d = InferenceOptions::default();
+        assert_eq!(
+            (o.move_threshold, o.segment_threshold, o.min_segment_size),
+            (d.move_threshold, 0.5, 100)
+        );
+
+        // A flag wins over a recorded setting.
+        let flagged = InferOverrides {
+            min_segment_size: Some(7),
+            ..given.clone()
+        };
+        let o = resolve_infer(&flagged, &out, None)
+            .unwrap()
+            .options
+            .segment
+            .inference;
+        assert_eq!((o.segment_threshold, o.min_segment_size), (0.5, 7));
+
+        // A request replaces them as a whole (its unset fields are google/ffn's defaults).
+        let req_path = dir.path().join("req.pbtxt");
+        let text = "inference_options { move_threshold: 0.8 }\n";
+        let req = crate::parse_inference_request(text, &req_path).unwrap();
+        let run = resolve_infer(&given, &out, Some((&req_path, &req))).unwrap();
+        assert_eq!(run.model_defaults, None);
+        let o = &run.options.segment.inference;
+        assert_eq!(
+            (o.move_threshold, o.segment_threshold, o.min_segment_size),
+            (0.8, d.segment_threshold, d.min_segment_size)
+        );
+
+        // The original model records nothing.
+        let plain = InferOverrides {
+            checkpoint: Some(ckpt),
+            ..given
+        };
+        assert_eq!(
+            resolve_infer(&plain, &out, None).unwrap().model_defaults,
+            None
+        );
     }
 
     #[test]

@@ -9,6 +9,8 @@ use anyhow::{Context, Result, bail};
 use ffn_comm::{Backend, CommOptions, Communicator};
 use ffn_core::conv::winograd::ConvAlgorithm;
 use ffn_core::inference::{InferenceOptions, LabelOracle, Predictor, SeedPolicy, SegmentOptions};
+
+use crate::inference_defaults::InferenceDefaults;
 use ffn_core::network::ConvStack3d;
 use ffn_core::segmentation::{MergeRule, TilePlan};
 
@@ -57,12 +59,14 @@ pub struct TiledSettings {
     pub grid_seeds: bool,
     /// `--grid-step` of the grid seed policy (at least 1, also when unused).
     pub grid_step: usize,
-    /// `--min-segment-size`: segments with fewer voxels are dropped.
-    pub min_segment_size: usize,
-    /// `--move-threshold`: object probability needed to move the FOV.
-    pub move_threshold: f32,
-    /// `--segment-threshold`: object probability at which a voxel joins a segment.
-    pub segment_threshold: f32,
+    /// `--min-segment-size`: segments with fewer voxels are dropped [the model's recorded
+    /// setting, else 1000].
+    pub min_segment_size: Option<usize>,
+    /// `--move-threshold`: object probability needed to move the FOV [the model's, else 0.9].
+    pub move_threshold: Option<f32>,
+    /// `--segment-threshold`: object probability at which a voxel joins a segment [the model's,
+    /// else 0.6].
+    pub segment_threshold: Option<f32>,
     /// `--min-boundary-dist`, `x,y,z` or one number: seeds this close to a segment are skipped.
     pub min_boundary_dist: String,
     /// `--min-overlap` and `--min-overlap-fraction`: when segments of neighbouring tiles merge.
@@ -83,6 +87,9 @@ pub struct TiledSetup {
     /// The image normalisation and where it came from (chosen also for the oracle, which is fed
     /// the raw values).
     pub normalisation: ChosenNormalisation,
+    /// The inference settings recorded with the model, which the options start from (the
+    /// settings' `Some` fields win over them).
+    pub model_defaults: Option<InferenceDefaults>,
 }
 
 impl TiledSetup {
@@ -103,7 +110,7 @@ impl TiledSettings {
         }
 
         // The predictor (the model is loaded by every rank).
-        let mut trained_norm = None;
+        let (mut trained_norm, mut model_defaults) = (None, None);
         let (predictor, fov, deltas, predictor_desc): (
             Box<dyn Predictor>,
             [usize; 3],
@@ -126,6 +133,7 @@ impl TiledSettings {
             let loaded = crate::load_model(&path)
                 .with_context(|| format!("loading the model {}", path.display()))?;
             trained_norm = loaded.normalisation;
+            model_defaults = loaded.inference_defaults;
             let (cfg, params) = (loaded.config, loaded.params);
             let (fov, deltas) = (cfg.fov, cfg.deltas);
             let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -135,13 +143,20 @@ impl TiledSettings {
             net.set_conv_algorithm(self.conv);
             (Box::new(net), fov, deltas, desc)
         };
-        let inference = InferenceOptions {
-            move_threshold: self.move_threshold,
-            segment_threshold: self.segment_threshold,
-            min_segment_size: self.min_segment_size,
+        let mut inference = InferenceOptions {
             min_boundary_dist: parse_sizes("min-boundary-dist", &self.min_boundary_dist)?,
             ..Default::default()
         };
+        if let Some(d) = &model_defaults {
+            d.apply(&mut inference);
+        }
+        let given = InferenceDefaults {
+            move_threshold: self.move_threshold,
+            segment_threshold: self.segment_threshold,
+            min_segment_size: self.min_segment_size,
+            chosen_on: None,
+        };
+        given.apply(&mut inference);
         inference.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
         self.merge.validate().context("--min-overlap-fraction")?;
 
@@ -194,6 +209,7 @@ impl TiledSettings {
             predictor,
             fov,
             normalisation: norm,
+            model_defaults,
         })
     }
 }
@@ -257,9 +273,9 @@ mod tests {
             image_stddev: Some(1.0),
             grid_seeds: true,
             grid_step: 4,
-            min_segment_size: 10,
-            move_threshold: 0.9,
-            segment_threshold: 0.6,
+            min_segment_size: Some(10),
+            move_threshold: None,
+            segment_threshold: None,
             min_boundary_dist: "1".into(),
             merge: MergeRule::default(),
         }
@@ -280,6 +296,46 @@ mod tests {
         assert_eq!(setup.plan.len(), o.plan().unwrap().len());
         assert!(setup.overlap_below_fov(), "4 and 6 are below the FOV 7");
         assert_eq!(setup.normalisation.source, "from the command line");
+    }
+
+    #[test]
+    fn a_models_recorded_inference_settings_apply_unless_given() {
+        use crate::inference_defaults::{RecordOptions, write_with_defaults};
+        use ffn_core::model_spec::ModelConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let model = ModelConfig {
+            depth: 1,
+            features: 4,
+            fov: [7, 7, 7],
+            deltas: [1, 1, 1],
+        };
+        let plain = dir.path().join("m.safetensors");
+        crate::checkpoint::save_zero_checkpoint(&plain, model);
+        let tuned = dir.path().join("tuned.safetensors");
+        let recorded = InferenceDefaults {
+            move_threshold: Some(0.8),
+            segment_threshold: Some(0.5),
+            ..Default::default()
+        };
+        let opts = RecordOptions {
+            model: plain,
+            defaults: recorded.clone(),
+        };
+        write_with_defaults(&opts, &tuned).unwrap();
+        let s = TiledSettings {
+            oracle: false,
+            checkpoint: Some(tuned),
+            segment_threshold: Some(0.7),
+            ..oracle_settings(dir.path())
+        };
+        let setup = s.resolve().unwrap();
+        assert_eq!(setup.model_defaults, Some(recorded));
+        let o = &setup.options.segment.inference;
+        assert_eq!(
+            (o.move_threshold, o.segment_threshold, o.min_segment_size),
+            (0.8, 0.7, 10),
+            "recorded move threshold, given segment threshold and min size"
+        );
     }
 
     #[test]
