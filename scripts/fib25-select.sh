@@ -15,15 +15,8 @@ cd "$(dirname "$0")/.."
 run=${1:?usage: fib25-select.sh RUN_DIR [ffn bench learn flags]}
 shift
 ffn=${FFN:-target/release/ffn}
-[ -x "$ffn" ] || cargo build --release -p ffn-cli
+bash scripts/fib25-full-volume.sh
 full=runs/eval/full.h5
-if [ ! -f "$full.done" ]; then
-  mkdir -p runs/eval
-  rm -f "$full"
-  "$ffn" import stack data/fib25/grayscale_maps --output "$full:image"
-  "$ffn" import labels data/fib25/groundtruth.h5.gz --output "$full:labels"
-  touch "$full.done"
-fi
 boxes=(20,150,160 20,30,160 140,150,160)
 for box in "${boxes[@]}"; do
   "$ffn" bench learn --run "$run" --image "$full:image" --labels "$full:labels" --offset "$box" \

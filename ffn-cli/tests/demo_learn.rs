@@ -62,6 +62,8 @@ fn demo_trains_and_segments_a_held_out_fib25_box_with_both_shipped_models() {
         "reference model",
         "Google published",
         "context region x,y,z 142,32,162 of size 56,56,56",
+        // The shipped model carries the inference settings chosen for it (ffn set-inference).
+        "inference settings recorded with the model: segment threshold 0.2, min segment size 100",
     ] {
         assert!(stdout.contains(needle), "missing '{needle}' in\n{stdout}");
     }

@@ -1,6 +1,7 @@
 //! `ffn synth`, `ffn train`, `ffn infer` and `ffn eval` from Rust on files: a synthetic volume in
-//! HDF5, a short training run with checkpoints (`ffn_io::training`), the newest checkpoint
-//! segmenting the volume (`ffn_io::infer_volume`), and its scores against the ground truth.
+//! HDF5, a short training run with checkpoints (`ffn_io::training`), inference settings recorded
+//! with its newest checkpoint (`ffn set-inference`), that model segmenting the volume
+//! (`ffn_io::infer_volume`), and its scores against the ground truth.
 //!
 //! `cargo run -p ffn-io --example train_and_segment`. Fails unless the loss fell and the
 //! segmentation has segments.
@@ -9,6 +10,7 @@ use ffn_comm::data_parallel::DataParallelOptions;
 use ffn_core::{inference::SeedPolicy, metrics::MetricOptions, model_spec::ModelConfig};
 use ffn_core::{network::ConvStack3d, synth::SynthConfig, training::coordinates::Coordinate};
 use ffn_io::coords::{CoordinateFile, write_coords};
+use ffn_io::inference_defaults::{InferenceDefaults, RecordOptions, write_with_defaults};
 use ffn_io::training::{OptimizerKind, TrainOptions, train};
 use ffn_io::{InferOptions, VolumeSpec, evaluation::evaluate_volumes, infer_volume, load_model};
 
@@ -46,14 +48,32 @@ fn main() -> Result<()> {
         last.loss
     );
 
-    let trained = load_model(&summary.checkpoint)?;
+    // The inference settings chosen for the model travel with it (`ffn set-inference`).
+    let tuned = dir.path().join("tuned.safetensors");
+    let defaults = InferenceDefaults {
+        min_segment_size: Some(100),
+        chosen_on: Some("this example".into()),
+        ..Default::default()
+    };
+    let record = RecordOptions {
+        model: summary.checkpoint.clone(),
+        defaults,
+    };
+    write_with_defaults(&record, &tuned)?;
+
+    let trained = load_model(&tuned)?;
+    let settings = trained.inference_defaults.unwrap_or_default();
     let mut net = ConvStack3d::from_params(trained.config, trained.params)?;
     let segmentation = VolumeSpec::new(&file, "segmentation");
     let mut infer = InferOptions::new(image, segmentation.clone());
     infer.normalisation.trained = trained.normalisation;
     infer.segment.deltas = model.deltas;
     infer.segment.seeds = SeedPolicy::Grid { step: 4 };
-    infer.segment.inference.min_segment_size = 100;
+    settings.apply(&mut infer.segment.inference);
+    ensure!(
+        infer.segment.inference.min_segment_size == 100,
+        "{settings}"
+    );
     let done = infer_volume(&infer, &mut net, &mut |_| {})?;
     let segments = done.segmentation.map_or(0, |s| s.origins.len());
     let e = evaluate_volumes(&labels, &segmentation, None, &MetricOptions::default(), 0)?;

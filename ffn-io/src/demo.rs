@@ -246,18 +246,18 @@ pub fn run_demo(opts: &DemoOptions, on_event: &mut dyn FnMut(DemoEvent<'_>)) -> 
         let net = ConvStack3d::from_params(m.config, m.params)?;
         let recorded = m.inference_defaults.unwrap_or_default();
         let mut inference = recorded.options();
-        if let Some(n) = opts.min_segment_size {
-            inference.min_segment_size = n;
-        }
-        let scored = held.segment(net, m.normalisation, &inference)?;
-        let settings = match recorded.is_empty() {
+        let mut settings = match recorded.is_empty() {
             true => "google/ffn's inference defaults".to_string(),
             false => format!("inference settings recorded with the model: {recorded}"),
         };
+        if let Some(n) = opts.min_segment_size {
+            inference.min_segment_size = n;
+            settings += &format!(", min segment size {n} from --min-segment-size");
+        }
+        let scored = held.segment(net, m.normalisation, &inference)?;
         on_event(DemoEvent::Note(format!(
-            "      {name} ({}; {settings}; min segment size {}): {} segments in {:.1} s",
+            "      {name} ({}; {settings}): {} segments in {:.1} s",
             path.display(),
-            inference.min_segment_size,
             scored.segments,
             scored.seconds
         )));
