@@ -52,6 +52,11 @@ fn constant_model(dir: &Path, name: &str, bias: f32) -> String {
         fov: [9, 9, 9],
         deltas: [2, 2, 2],
     };
+    save_model(dir, name, model, constant_params(&model, bias))
+}
+
+/// Weights of `model` all zero but the final bias, `bias`.
+fn constant_params(model: &ModelConfig, bias: f32) -> Vec<f32> {
     let mut params = vec![0f32; model.num_params()];
     let lom = model
         .param_specs()
@@ -59,6 +64,11 @@ fn constant_model(dir: &Path, name: &str, bias: f32) -> String {
         .find(|p| p.name == "conv_lom/biases")
         .expect("conv_lom bias");
     params[lom.offset] = bias;
+    params
+}
+
+/// The weights `params` of `model` saved as checkpoint `name` in `dir`; its path.
+fn save_model(dir: &Path, name: &str, model: ModelConfig, params: Vec<f32>) -> String {
     let ck = Checkpoint {
         model,
         params,
@@ -404,4 +414,67 @@ fn bad_input_gives_one_line_errors() {
         d,
     );
     assert!(e.contains("--convention"), "{e}");
+}
+
+/// `--conv winograd-bf16` reaches inference through the CLI: a 32-feature model (so the bf16
+/// products apply to its hidden convs) segments the volume, the JSON names the precision and
+/// what ran its products (`amx` on a CPU with AMX, else `emulated`), and stderr says the
+/// segmentation differs from float32's.
+#[test]
+fn infer_runs_the_bf16_precision() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    setup(d);
+    let model = ModelConfig {
+        depth: 2,
+        features: 32,
+        fov: [9, 9, 9],
+        deltas: [2, 2, 2],
+    };
+    // The flooding model's final bias, and small pseudo-random weights elsewhere.
+    let mut params = constant_params(&model, 6.0);
+    let mut x = 12345u32;
+    for v in params.iter_mut().filter(|v| **v == 0.0) {
+        x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        *v = ((x >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.01;
+    }
+    save_model(d, "m32.safetensors", model, params);
+    let run = |out: &str, conv: &str| {
+        let args = [
+            "infer",
+            "--image",
+            "data.h5:raw",
+            "--checkpoint",
+            "m32.safetensors",
+            "--out",
+            out,
+            "--seed-policy",
+            "grid",
+            "--grid-step",
+            "12",
+            "--min-segment-size",
+            "10",
+            "--conv",
+            conv,
+            "--quiet",
+            "--json",
+        ];
+        let o = ffn(&args, d);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (json(&String::from_utf8_lossy(&o.stdout)), err)
+    };
+    let (s, err) = run("bf16.h5:seg", "winograd-bf16");
+    assert_eq!(s["conv"], "winograd-bf16", "{s}");
+    let products = s["bf16_products"].as_str().unwrap();
+    assert!(products == "amx" || products == "emulated", "{s}");
+    assert!(s["segments"].as_u64().unwrap() >= 1, "{s}");
+    assert!(
+        err.contains(&format!("precision: bfloat16 products ({products})")),
+        "{err}"
+    );
+    let (f32_run, err) = run("f32.h5:seg", "winograd");
+    assert!(!err.contains("precision: bfloat16"), "{err}");
+    assert_eq!(f32_run["conv"], "winograd");
+    assert!(f32_run["bf16_products"].is_null(), "{f32_run}");
 }

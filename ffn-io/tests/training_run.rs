@@ -131,3 +131,20 @@ fn two_local_ranks_train_through_the_same_call() {
     assert_eq!(ck.step, 4);
     assert_eq!(ck.training_config["distributed"]["world_size"], 2);
 }
+
+#[test]
+fn training_refuses_the_bf16_inference_precision() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = TrainOptions {
+        max_steps: 1,
+        conv: ffn_core::conv::winograd::ConvAlgorithm::WinogradBf16,
+        ..options(dir.path(), "bf16")
+    };
+    let err = train(&opts, &DataParallelOptions::default(), |_, _| {}).unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("conv (--conv): winograd-bf16 is a precision of inference"),
+        "{msg}"
+    );
+    assert!(!dir.path().join("bf16").join("checkpoints").exists());
+}

@@ -67,6 +67,7 @@ macro_rules! compiled_for_kernels {
     };
 }
 
+pub mod amx;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -80,6 +81,8 @@ pub mod winograd2d;
 
 pub use simd::Simd;
 
+#[cfg(test)]
+mod bf16_tests;
 #[cfg(test)]
 mod tests;
 

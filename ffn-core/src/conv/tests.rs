@@ -49,14 +49,14 @@ fn fast_matches_reference_on_awkward_shapes() {
 }
 
 /// The SIMD levels this CPU runs, each named on stderr: the paths a test went through.
-fn levels_run_here(test: &str) -> Vec<Simd> {
+pub(super) fn levels_run_here(test: &str) -> Vec<Simd> {
     let levels: Vec<Simd> = Simd::ALL.into_iter().filter(|s| s.supported()).collect();
     note(&alloc::format!("{test}: SIMD paths run: {levels:?}"));
     levels
 }
 
 /// A line on stderr (with `std`), for what a test ran.
-fn note(line: &str) {
+pub(super) fn note(line: &str) {
     #[cfg(feature = "std")]
     std::eprintln!("{line}");
     #[cfg(not(feature = "std"))]
@@ -579,25 +579,32 @@ fn winograd2d_cases() -> Vec<Conv3dParams> {
         (3, [1, 8, 13], 17, 32),
     ]
     .into_iter()
-    .map(|(batch, size, cin, cout)| Conv3dParams {
+    .map(conv_params)
+    .collect()
+}
+
+/// A 3x3x3 conv of `(batch, size, in, out)`.
+pub(super) fn conv_params(
+    (batch, size, cin, cout): (usize, [usize; 3], usize, usize),
+) -> Conv3dParams {
+    Conv3dParams {
         batch,
         size,
         kernel: 3,
         in_channels: cin,
         out_channels: cout,
-    })
-    .collect()
+    }
 }
 
 /// `v` (`c` channels) in a zero-bordered buffer of `g`.
-fn padded_copy(g: &Padded, v: &[f32], c: usize) -> Vec<f32> {
+pub(super) fn padded_copy(g: &Padded, v: &[f32], c: usize) -> Vec<f32> {
     let mut out = vec![0.0; g.len(c)];
     g.pad_from(v, c, &mut out);
     out
 }
 
 /// Runs `f` on a pool of `threads` threads (with `rayon`; without it, on this thread).
-fn on_threads(threads: usize, f: impl FnOnce() + Send) {
+pub(super) fn on_threads(threads: usize, f: impl FnOnce() + Send) {
     #[cfg(all(feature = "std", feature = "rayon"))]
     crate::parallel::with_threads(threads, f).expect("thread pool");
     #[cfg(not(all(feature = "std", feature = "rayon")))]

@@ -55,6 +55,12 @@ pub enum ConvAlgorithm {
     /// Winograd F(4, 3) along x for every conv that [`ConvAlgorithm::Winograd`] computes by
     /// Winograd, inference included: the algorithm of ffn-rs before F(4x4, 3x3), kept selectable.
     Winograd1d,
+    /// [`ConvAlgorithm::Winograd`] with the products of the inference forward pass from values
+    /// rounded to bfloat16 ([`super::winograd2d::bf16`]): AMX tile products where the CPU has
+    /// them ([`super::amx::available`]), else an emulation on the float32 kernels (slower than
+    /// float32). Opt-in: segmentations differ from float32's. Training (forward and backward)
+    /// computes as [`ConvAlgorithm::Winograd`].
+    WinogradBf16,
 }
 
 impl ConvAlgorithm {
@@ -64,7 +70,14 @@ impl ConvAlgorithm {
             Self::Winograd => "winograd",
             Self::Direct => "direct",
             Self::Winograd1d => "winograd1d",
+            Self::WinogradBf16 => "winograd-bf16",
         }
+    }
+
+    /// Whether the forward convs run by F(4x4, 3x3) and the gradients by the two-axis
+    /// algorithms ([`ConvAlgorithm::Winograd`] and [`ConvAlgorithm::WinogradBf16`]).
+    pub fn two_axes(self) -> bool {
+        matches!(self, Self::Winograd | Self::WinogradBf16)
     }
 
     /// Parses [`ConvAlgorithm::name`]; `None` for anything else.
@@ -73,6 +86,7 @@ impl ConvAlgorithm {
             "winograd" => Some(Self::Winograd),
             "direct" => Some(Self::Direct),
             "winograd1d" => Some(Self::Winograd1d),
+            "winograd-bf16" => Some(Self::WinogradBf16),
             _ => None,
         }
     }
@@ -90,6 +104,8 @@ pub(super) const T: usize = 6;
 pub struct WinogradScratch {
     input: Vec<f32>,
     weights: Vec<f32>,
+    /// Transformed weights as pairs of bfloat16 values (AMX, see [`super::winograd2d::bf16`]).
+    packed: Vec<u32>,
     partials: Vec<f32>,
     /// Per-thread sums of one output plane (forward).
     sums: Vec<f32>,
@@ -113,6 +129,7 @@ impl WinogradScratch {
     pub(super) fn buffers(&mut self) -> ForwardBuffers<'_> {
         ForwardBuffers {
             weights: &mut self.weights,
+            packed: &mut self.packed,
             sums: &mut self.sums,
         }
     }
@@ -122,6 +139,8 @@ impl WinogradScratch {
 pub(super) struct ForwardBuffers<'a> {
     /// Transformed weights.
     pub weights: &'a mut Vec<f32>,
+    /// Transformed weights as pairs of bfloat16 values, for AMX.
+    pub packed: &'a mut Vec<u32>,
     /// Per-thread sums of one output plane.
     pub sums: &'a mut Vec<f32>,
 }

@@ -69,7 +69,7 @@ impl ConvStack3d {
         self.check_len("logits", logits.len(), batch);
         assert_eq!(grads.len(), self.params.len(), "ConvStack3d: grads length");
         let mut ws = self.workspace(batch, true);
-        self.forward_ws(&mut ws, image, seed, logits);
+        self.forward_ws(&mut ws, true, image, seed, logits);
         let loss = loss::sigmoid_ce_mean_grad(logits, labels, &mut ws.glogits);
         hook.forward_done(loss);
         self.backward_ws_hooked(&mut ws, grads, hook);

@@ -112,9 +112,48 @@ struct Workspace {
     partials: Vec<f32>,
     /// Transformed inputs and weights of the Winograd convolutions.
     wino: WinogradScratch,
-    /// Per layer: its weights transformed for F(4x4, 3x3) (empty until first used), kept while
-    /// the parameters do not change ([`ConvStack3d::params_mut`] clears them).
-    transformed: Vec<Vec<f32>>,
+    /// Per layer: its weights prepared for the Winograd forward convs, kept while the parameters
+    /// do not change ([`ConvStack3d::params_mut`] clears them).
+    kept: Vec<KeptWeights>,
+}
+
+/// One layer's weights prepared for the F(4x4, 3x3) forward convs, each form made on first use.
+#[derive(Clone, Debug, Default)]
+struct KeptWeights {
+    /// Transformed, float32.
+    transformed: Vec<f32>,
+    /// For the bfloat16 products.
+    bf16: Option<winograd2d::bf16::PreparedWeights>,
+}
+
+impl KeptWeights {
+    fn clear(&mut self) {
+        self.transformed.clear();
+        self.bf16 = None;
+    }
+}
+
+/// How the Winograd forward convs of one pass run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WinogradForward {
+    /// F(4, 3) along x.
+    OneAxis,
+    /// F(4x4, 3x3) over y and x, float32 products.
+    TwoAxes,
+    /// F(4x4, 3x3) over y and x, bfloat16 products where they apply.
+    TwoAxesBf16,
+}
+
+impl WinogradForward {
+    /// The forward convs of `algorithm` (a training pass computes bf16 as float32).
+    fn of(algorithm: ConvAlgorithm, train: bool) -> Self {
+        match algorithm {
+            ConvAlgorithm::Direct | ConvAlgorithm::Winograd1d => Self::OneAxis,
+            ConvAlgorithm::Winograd => Self::TwoAxes,
+            ConvAlgorithm::WinogradBf16 if train => Self::TwoAxes,
+            ConvAlgorithm::WinogradBf16 => Self::TwoAxesBf16,
+        }
+    }
 }
 
 impl Workspace {
@@ -143,7 +182,7 @@ impl Workspace {
             flipped: g(max_wlen),
             partials: Vec::new(),
             wino: WinogradScratch::new(),
-            transformed: vec![Vec::new(); 2 * d + 1],
+            kept: vec![KeptWeights::default(); 2 * d + 1],
         }
     }
 }
@@ -288,14 +327,14 @@ impl ConvStack3d {
     #[allow(clippy::too_many_arguments)]
     fn conv_forward(
         &self,
-        (wino, transformed): (&mut WinogradScratch, &mut Vec<f32>),
+        (wino, kept): (&mut WinogradScratch, &mut KeptWeights),
         l: &Layer,
         g: &Padded,
         input: &[f32],
         relu_input: bool,
         relu: bool,
         residual: Option<&[f32]>,
-        two_axes: bool,
+        axes: WinogradForward,
         out: &mut [f32],
     ) {
         let p = l.conv(g.batch, g.size);
@@ -308,13 +347,26 @@ impl ConvStack3d {
                 relu,
                 residual,
             };
-            if two_axes {
-                if transformed.is_empty() {
-                    transformed.resize(winograd2d::transformed_weights_len(&p), 0.0);
-                    winograd2d::transform_weights(&p, w, transformed);
+            if axes != WinogradForward::OneAxis {
+                if axes == WinogradForward::TwoAxesBf16 && winograd2d::bf16::applies(&p) {
+                    let prepared = kept
+                        .bf16
+                        .get_or_insert_with(|| winograd2d::bf16::PreparedWeights::new(&p, w));
+                    let prepared = Some(&*prepared);
+                    winograd2d::forward_fused_bf16(
+                        self.simd, &p, g, input, w, prepared, fusion, out, wino,
+                    );
+                } else {
+                    let transformed = &mut kept.transformed;
+                    if transformed.is_empty() {
+                        transformed.resize(winograd2d::transformed_weights_len(&p), 0.0);
+                        winograd2d::transform_weights(&p, w, transformed);
+                    }
+                    let tw = Some(&transformed[..]);
+                    winograd2d::forward_fused_with(
+                        self.simd, &p, g, input, w, tw, fusion, out, wino,
+                    );
                 }
-                let tw = Some(&transformed[..]);
-                winograd2d::forward_fused_with(self.simd, &p, g, input, w, tw, fusion, out, wino);
             } else {
                 winograd::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);
             }
@@ -343,7 +395,7 @@ impl ConvStack3d {
     /// The flat parameters, for optimisers and for loading weights.
     pub fn params_mut(&mut self) -> &mut [f32] {
         if let Some(ws) = &mut self.ws {
-            ws.transformed.iter_mut().for_each(Vec::clear);
+            ws.kept.iter_mut().for_each(KeptWeights::clear);
         }
         &mut self.params
     }
@@ -386,18 +438,26 @@ impl ConvStack3d {
         self.check_len("seed", seed.len(), batch);
         self.check_len("out", out.len(), batch);
         let mut ws = self.workspace(batch, false);
-        self.forward_ws(&mut ws, image, seed, out);
+        self.forward_ws(&mut ws, false, image, seed, out);
         self.ws = Some(ws);
     }
 
-    fn forward_ws(&self, ws: &mut Workspace, image: &[f32], seed: &[f32], out: &mut [f32]) {
+    /// The forward pass in `ws`: for a training step when `train` (which needs a training
+    /// workspace), else for inference (in any workspace).
+    fn forward_ws(
+        &self,
+        ws: &mut Workspace,
+        train: bool,
+        image: &[f32],
+        seed: &[f32],
+        out: &mut [f32],
+    ) {
         let g = ws.geom;
         let d = self.cfg.depth;
         // Inference keeps no relu(x) for a backward pass: Winograd reads x through a fused ReLU.
         let fuse_relu = !ws.train && self.algorithm != ConvAlgorithm::Direct;
-        // The default algorithm runs the forward convs by F(4x4, 3x3).
-        let two_axes = self.algorithm == ConvAlgorithm::Winograd;
-        let (wino, tws) = (&mut ws.wino, &mut ws.transformed);
+        let axes = WinogradForward::of(self.algorithm, train);
+        let (wino, tws) = (&mut ws.wino, &mut ws.kept);
         layers::concat2_padded(&g, image, seed, &mut ws.input);
         let (l0, l1) = (&self.layers[0], &self.layers[1]);
         self.conv_forward(
@@ -408,7 +468,7 @@ impl ConvStack3d {
             false,
             true,
             None,
-            two_axes,
+            axes,
             &mut ws.h,
         );
         self.conv_forward(
@@ -419,7 +479,7 @@ impl ConvStack3d {
             false,
             false,
             None,
-            two_axes,
+            axes,
             &mut ws.xs[0],
         );
         let (nx, nr, nu) = (ws.xs.len(), ws.rs.len(), ws.us.len());
@@ -435,7 +495,7 @@ impl ConvStack3d {
                     true,
                     true,
                     None,
-                    two_axes,
+                    axes,
                     &mut ws.us[ui],
                 );
             } else {
@@ -448,7 +508,7 @@ impl ConvStack3d {
                     false,
                     true,
                     None,
-                    two_axes,
+                    axes,
                     &mut ws.us[ui],
                 );
             }
@@ -461,7 +521,7 @@ impl ConvStack3d {
                 false,
                 false,
                 Some(prev),
-                two_axes,
+                axes,
                 next,
             );
         }
@@ -476,7 +536,7 @@ impl ConvStack3d {
             false,
             false,
             None,
-            two_axes,
+            axes,
             &mut ws.lom,
         );
         g.unpad_into(&ws.lom, 1, out);
@@ -521,7 +581,7 @@ impl ConvStack3d {
         let p = l.conv(g.batch, g.size);
         let (gw, rest) = grads[l.offset..].split_at_mut(l.wlen());
         let gb = &mut rest[..l.cout];
-        if self.winograd(&p) && self.algorithm == ConvAlgorithm::Winograd {
+        if self.winograd(&p) && self.algorithm.two_axes() {
             winograd2d::backward_weights(self.simd, &p, g, input, gout, gw, gb, wino);
         } else if self.winograd(&p) {
             winograd::backward_weights(self.simd, &p, g, input, gout, gw, gb, wino);
@@ -537,7 +597,7 @@ impl ConvStack3d {
                 out_channels: p.in_channels,
                 ..p
             };
-            if self.winograd(&back) && self.algorithm == ConvAlgorithm::Winograd {
+            if self.winograd(&back) && self.algorithm.two_axes() {
                 let plain = Fusion::default();
                 winograd2d::forward_fused(self.simd, &back, g, gout, f, plain, gin, wino);
             } else if self.winograd(&back) {

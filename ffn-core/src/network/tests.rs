@@ -170,6 +170,70 @@ fn both_conv_algorithms_match_the_reference_at_32_features() {
     }
 }
 
+/// The bf16 precision: inference close to float32's (relative L2 under 0.1; 5e-2 here, where the
+/// random weights make each output a small sum of larger terms) but not equal (the rounding
+/// happened),
+/// new weights used after `params_mut` (the kept bf16 weights are dropped), and training (logits
+/// and gradients) bit for bit as `Winograd`'s.
+#[test]
+fn bf16_precision_rounds_inference_only() {
+    let cfg = ModelConfig {
+        depth: 3,
+        features: 32,
+        fov: [5, 9, 9],
+        deltas: [1, 1, 1],
+    };
+    let mut rng = Rng::new(seed(29));
+    let mut net = ConvStack3d::new(cfg, 0.1, &mut rng);
+    let n = net.fov_voxels();
+    let (image, seedv, labels) = inputs(&mut rng, n);
+    let run = |net: &mut ConvStack3d, algorithm| {
+        net.set_conv_algorithm(algorithm);
+        let mut out = vec![0.0; n];
+        net.forward(&image, &seedv, 1, &mut out);
+        let (mut logits, mut g) = (vec![0.0; n], vec![0.0; net.params().len()]);
+        net.forward_backward(&image, &seedv, &labels, 1, &mut logits, &mut g);
+        (out, logits, g)
+    };
+    let relative_l2 = |a: &[f32], b: &[f32]| {
+        let d: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+        let m: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+        (d / m).sqrt()
+    };
+    let (f32_out, f32_logits, f32_grads) = run(&mut net, ConvAlgorithm::Winograd);
+    let (bf16_out, bf16_logits, bf16_grads) = run(&mut net, ConvAlgorithm::WinogradBf16);
+    if crate::conv::Simd::best() >= crate::conv::Simd::Avx2 {
+        let e = relative_l2(&bf16_out, &f32_out);
+        assert!(
+            e > 1e-4 && e < 0.1,
+            "bf16 inference vs float32: relative L2 {e:.2e}"
+        );
+    } else {
+        assert_eq!(
+            bf16_out, f32_out,
+            "no SIMD kernels: bf16 computes in float32"
+        );
+    }
+    assert_eq!(bf16_logits, f32_logits, "training logits under bf16");
+    assert_eq!(bf16_grads, f32_grads, "training gradients under bf16");
+    // New weights reach the bf16 forward pass.
+    let scale = 1.5;
+    net.params_mut().iter_mut().for_each(|v| *v *= scale);
+    let mut scaled = vec![0.0; n];
+    net.forward(&image, &seedv, 1, &mut scaled);
+    assert!(
+        relative_l2(&scaled, &bf16_out) > 0.3,
+        "kept bf16 weights not dropped"
+    );
+    net.set_conv_algorithm(ConvAlgorithm::Winograd);
+    let mut want = vec![0.0; n];
+    net.forward(&image, &seedv, 1, &mut want);
+    assert!(
+        relative_l2(&scaled, &want) < 0.1,
+        "bf16 after params_mut vs float32"
+    );
+}
+
 #[test]
 fn whole_network_gradient_matches_finite_differences() {
     let cfg = ModelConfig {

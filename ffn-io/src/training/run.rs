@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail, ensure};
 use ffn_comm::data_parallel::DataParallel;
 use ffn_comm::data_parallel::consistency::diff_json;
 use ffn_comm::data_parallel::state::{bytes_to_f32, f32_to_bytes, is_rank_state};
+use ffn_core::conv::winograd::ConvAlgorithm;
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::ConvStack3d;
 use ffn_core::optim::Optimizer;
@@ -176,6 +177,11 @@ impl<'g> TrainingRun<'g> {
         ensure!(
             opts.report_every >= 1,
             "report_every (--report-every): expected >= 1"
+        );
+        ensure!(
+            opts.conv != ConvAlgorithm::WinogradBf16,
+            "conv (--conv): winograd-bf16 is a precision of inference; training computes in \
+             float32 (expected winograd, winograd1d or direct)"
         );
         let step_opts = StepOptions {
             schedule,
