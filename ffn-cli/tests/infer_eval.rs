@@ -416,7 +416,7 @@ fn bad_input_gives_one_line_errors() {
     assert!(e.contains("--convention"), "{e}");
 }
 
-/// `--conv winograd-bf16` reaches inference through the CLI: a 32-feature model (so the bf16
+/// `--conv bf16` reaches inference through the CLI: a 32-feature model (so the bf16
 /// products apply to its hidden convs) segments the volume, the JSON names the precision and
 /// what ran its products (`amx` on a CPU with AMX, else `emulated`), and stderr says the
 /// segmentation differs from float32's.
@@ -464,8 +464,8 @@ fn infer_runs_the_bf16_precision() {
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         (json(&String::from_utf8_lossy(&o.stdout)), err)
     };
-    let (s, err) = run("bf16.h5:seg", "winograd-bf16");
-    assert_eq!(s["conv"], "winograd-bf16", "{s}");
+    let (s, err) = run("bf16.h5:seg", "bf16");
+    assert_eq!(s["conv"], "bf16", "{s}");
     let products = s["bf16_products"].as_str().unwrap();
     assert!(products == "amx" || products == "emulated", "{s}");
     assert!(s["segments"].as_u64().unwrap() >= 1, "{s}");

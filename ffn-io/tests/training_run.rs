@@ -137,13 +137,13 @@ fn training_refuses_the_bf16_inference_precision() {
     let dir = tempfile::tempdir().unwrap();
     let opts = TrainOptions {
         max_steps: 1,
-        conv: ffn_core::conv::winograd::ConvAlgorithm::WinogradBf16,
+        conv: ffn_core::conv::winograd::ConvAlgorithm::Bf16,
         ..options(dir.path(), "bf16")
     };
     let err = train(&opts, &DataParallelOptions::default(), |_, _| {}).unwrap_err();
     let msg = format!("{err:#}");
     assert!(
-        msg.contains("conv (--conv): winograd-bf16 is a precision of inference"),
+        msg.contains("conv (--conv): bf16 is a precision of inference"),
         "{msg}"
     );
     assert!(!dir.path().join("bf16").join("checkpoints").exists());

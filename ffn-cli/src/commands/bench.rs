@@ -63,9 +63,10 @@ pub struct NetArgs {
     seed: u64,
     /// Convolution algorithm of the 3x3x3 layers: `winograd` (forward passes and input
     /// gradients by F(4x4,3x3) in y and x, weight gradients by F(4,3) along x), `winograd1d`
-    /// (F(4,3) for all), `direct` or `winograd-bf16` (`winograd` with the forward products in
-    /// bfloat16: AMX where the CPU has it, else emulated; `bench train` computes it as
-    /// `winograd`). With a Winograd algorithm the result is also compared with `direct`.
+    /// (F(4,3) for all), `direct` or `bf16` (`winograd`, but the forward convs with 32k channels
+    /// computed directly from inputs and weights rounded to bfloat16: AMX where the CPU has it,
+    /// else emulated; `bench train` computes it as `winograd`). With a Winograd algorithm or
+    /// `bf16` the result is also compared with `direct`.
     #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     conv: ConvAlgorithm,
     /// Skip the comparison with `direct` (e.g. when profiling the timed calls alone).
@@ -129,8 +130,8 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
                 "flops_per_example": r.flops_per_example,
                 "conv": a.conv.name(),
                 "simd": r.simd.name(),
-                "bf16_products": (a.conv == ConvAlgorithm::WinogradBf16 && !train)
-                    .then(ffn_core::conv::winograd2d::bf16::products_name),
+                "bf16_products": (a.conv == ConvAlgorithm::Bf16 && !train)
+                    .then(ffn_core::conv::bf16::products_name),
                 "vs_direct": r.vs_direct.map(|d| serde_json::json!({
                     "max_abs_diff": d.max_abs,
                     "relative_l2": d.relative_l2,
@@ -160,13 +161,13 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
     Ok(())
 }
 
-/// What ran the products of `--conv winograd-bf16` (empty for the other algorithms).
+/// What ran the products of `--conv bf16` (empty for the other algorithms).
 fn bf16_products_note(conv: ConvAlgorithm, train: bool) -> String {
     match conv {
-        ConvAlgorithm::WinogradBf16 if train => " (training computes in float32)".into(),
-        ConvAlgorithm::WinogradBf16 => format!(
+        ConvAlgorithm::Bf16 if train => " (training computes in float32)".into(),
+        ConvAlgorithm::Bf16 => format!(
             ", bfloat16 products: {}",
-            ffn_core::conv::winograd2d::bf16::products_name()
+            ffn_core::conv::bf16::products_name()
         ),
         _ => String::new(),
     }

@@ -71,10 +71,10 @@ pub struct Args {
     /// F(4x4,3x3) in y and x, 4x fewer multiply-adds than direct; weight gradients by F(4,3)
     /// along x, about 1.8x fewer;
     /// rounding differences of order 1e-7; with AVX2 or AVX-512 for layers of 32k channels, the
-    /// others run direct), `winograd1d` (F(4,3) everywhere), `direct`, or `winograd-bf16`
-    /// (opt-in: `winograd` with the products of inputs and weights rounded to bfloat16, by AMX
-    /// tile products where the CPU has them, else emulated; faster with AMX, segmentations
-    /// differ from float32's).
+    /// others run direct), `winograd1d` (F(4,3) everywhere), `direct`, or `bf16` (opt-in:
+    /// `winograd`, but the convs with 32k channels computed directly from inputs and weights
+    /// rounded to bfloat16, by AMX tile products where the CPU has them, else emulated; faster
+    /// with AMX; segmentations differ from float32's).
     #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     pub conv: ffn_core::conv::winograd::ConvAlgorithm,
     /// Communicator backend: local (one rank), shm, zmq or hier (under `ffn launch -n N`), mpi (under mpirun).

@@ -1,12 +1,19 @@
-//! Intel AMX (Advanced Matrix Extensions) BF16 tile products for the F(4x4, 3x3) convolutions of
-//! [`super::winograd::ConvAlgorithm::WinogradBf16`]: one `tdpbf16ps` multiplies a 16 x 32 tile
-//! of bfloat16 inputs by a 32 x 16 tile of bfloat16 weights into 16 x 16 float32 sums (8,192
+//! Intel AMX (Advanced Matrix Extensions) BF16 tile products for the 3x3x3 convolutions of
+//! [`super::winograd::ConvAlgorithm::Bf16`]: one `tdpbf16ps` multiplies a 16 x 32 tile of
+//! bfloat16 inputs by a 32 x 16 tile of bfloat16 weights into 16 x 16 float32 sums (8,192
 //! multiply-adds; an AVX-512 FMA makes 16).
+//!
+//! The convs run directly (every multiply-add, no Winograd transform): 16 consecutive voxels of a
+//! padded plane x 32 input channels are one input tile, read straight from the channels-last
+//! bfloat16 activations at the offset of each of the 27 taps, so a sum tile gathers 27 (x in/32)
+//! tile products before it is stored. Winograd's products would be 4x fewer, but with only
+//! `3 x in` of depth per sum tile the tile stores and transforms cost more than they save, and
+//! bfloat16 rounding grows some 30-fold through its transforms.
 //!
 //! AMX needs the CPU (AMX-TILE, AMX-BF16, and AVX512-BF16 for the conversions) and the operating
 //! system's permission to use the tile registers, asked once per process (Linux
 //! `arch_prctl(ARCH_REQ_XCOMP_PERM)`); [`available`] checks both. Without `std` or off Linux it
-//! says no, and the bf16 precision runs its emulation ([`super::winograd2d::bf16`]).
+//! says no, and the bf16 precision runs its emulation ([`super::bf16`]).
 //!
 //! The tile registers are never used by compiled code, so the kernel keeps them between its
 //! `asm!` blocks; every call loads the tile configuration first and releases the tiles at the end.
@@ -75,203 +82,224 @@ fn request_tile_permission() -> bool {
     ret == 0
 }
 
-/// A tile configuration (palette 1): tiles 0-3 hold sums (`rows` x 16 float32), 4-5 inputs
-/// (`rows` x 32 bfloat16), 6-7 weights (16 pairs of rows x 16 outputs).
+/// A tile configuration (palette 1): tiles 0-3 hold sums (16 x 16 float32), 4-5 inputs (16 x 32
+/// bfloat16), 6-7 weights (16 pairs of rows x 16 outputs).
 #[repr(C, align(64))]
 struct TileConfig([u8; 64]);
 
-impl TileConfig {
-    fn new(rows: usize) -> Self {
-        debug_assert!((1..=ROWS).contains(&rows));
-        let mut c = [0u8; 64];
-        c[0] = 1;
-        for t in 0..8 {
-            c[16 + 2 * t] = 64;
-            c[48 + t] = if t < 6 { rows as u8 } else { ROWS as u8 };
-        }
-        TileConfig(c)
+const CONFIG: TileConfig = {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    let mut t = 0;
+    while t < 8 {
+        c[16 + 2 * t] = 64;
+        c[48 + t] = ROWS as u8;
+        t += 1;
     }
-}
+    TileConfig(c)
+};
 
-/// Tiles per row block of the products (the rows of one tile register).
+/// Voxels per input tile (the rows of one tile register).
 pub(crate) const ROWS: usize = 16;
 
-/// The operands of [`plane_products`]: one output plane's bfloat16 tap planes (each
-/// `[yx index][tile][in]`, `tt * ntiles * cin` values), packed weights
-/// ([`super::winograd2d::bf16::pack_weights`], `tt * 3 * cin / 2 * cout` pairs) and its float32
-/// sums (`[tile][yx index][out]`, `ntiles * tt * cout` values).
-pub(crate) struct Operands {
-    /// The transformed input planes before, at and after the output plane.
-    pub taps: [*const u16; 3],
-    /// The weights, pairs of input channels.
+/// Voxels beyond a plane that [`conv_plane`] may read (its last block of 2 x [`ROWS`] voxels
+/// passes the last output voxel).
+pub(crate) const SLACK_VOXELS: usize = 2 * ROWS;
+
+/// The operands of [`conv_plane`]: one padded output plane and its three input planes.
+pub(crate) struct PlaneOperands {
+    /// The input planes z - 1, z, z + 1 (padded, `[voxel][in]` bfloat16), each readable for
+    /// `(plane_voxels + SLACK_VOXELS) * cin` values.
+    pub planes: [*const u16; 3],
+    /// The weights `[tap (27)][in / 2][out]`, pairs of input channels
+    /// ([`super::bf16::pack_weights`]).
     pub packed: *const u32,
     /// Input channels.
     pub cin: usize,
     /// Output channels.
     pub cout: usize,
-    /// Tiles of the plane.
-    pub ntiles: usize,
-    /// Transformed values per tile (36 for F(4x4, 3x3)).
-    pub tt: usize,
-    /// Where the sums go.
-    pub sums: *mut f32,
+    /// Voxels per padded row.
+    pub dx: usize,
+    /// Voxels per padded plane.
+    pub plane_voxels: usize,
+    /// The output voxels computed: `first..first + count` of the plane (`first >= dx + 1`).
+    pub first: usize,
+    /// See `first`.
+    pub count: usize,
+    /// The output plane (`[voxel][out]` float32, `plane_voxels * cout` values), sums written at
+    /// the voxels computed (and at others of the plane that the last block passes).
+    pub out: *mut f32,
 }
 
-/// The sums of one output plane, as [`super::winograd2d`]'s float32 products, from bfloat16 tap
-/// planes and weights: for every yx index `k < tt`, tile `t` and output `o`,
-/// `sums[(t * tt + k) * cout + o] = sum over z tap tz and input c of
-/// taps[tz][(k * ntiles + t) * cin + c] * w(k, tz, c, o)`, where `w(k, tz, c, o)` is the low
-/// (even `c`) or high (odd `c`) half of `packed[((k * 3 + tz) * cin / 2 + c / 2) * cout + o]`.
-///
-/// Blocks of 2 x 16 tiles by 32 outputs (four sum tiles, two input and two weight tiles: one tile
-/// load per tile product); the tiles beyond the last multiple of 16 in a second pass with a
-/// configuration of that many rows.
+/// The conv sums of voxels `first..first + count` of one output plane:
+/// `out[v * cout + o] = sum over taps (tz, ty, tx) and inputs c of
+/// planes[tz][(v + (ty - 1) * dx + tx - 1) * cin + c] * w(tap, c, o)`, where `w(tap, c, o)` is
+/// the low (even `c`) or high (odd `c`) half of `packed[(tap * cin / 2 + c / 2) * cout + o]`.
+/// Blocks of 2 x 16 voxels by 32 outputs: four sum tiles, two input and two weight tiles. A block
+/// that passes the plane's end is stored through a buffer, its voxels inside the plane copied.
 ///
 /// # Safety
 /// [`available`] returned true; `cin` and `cout` are non-zero multiples of 32; the buffers of `op`
-/// hold the values [`Operands`] lists.
+/// are as [`PlaneOperands`] says.
 #[cfg(target_arch = "x86_64")]
-pub(crate) unsafe fn plane_products(op: &Operands) {
-    let (ntiles, tt) = (op.ntiles, op.tt);
-    let full = ntiles / ROWS * ROWS;
-    // SAFETY (whole body): AMX is usable (caller); the blocks stay inside the tiles, inputs and
-    // outputs of the plane (see Operands::products).
+pub(crate) unsafe fn conv_plane(op: &PlaneOperands) {
+    let blocks = op.count.div_ceil(ROWS);
+    // SAFETY (whole body): AMX is usable (caller); reads and writes as PlaneOperands allows (see
+    // PlaneOperands::block).
     unsafe {
-        if full > 0 {
-            let config = TileConfig::new(ROWS);
-            asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
-            for k in 0..tt {
-                let mut mb = 0;
-                while mb + 2 * ROWS <= full {
-                    op.products::<true>(k, mb);
-                    mb += 2 * ROWS;
-                }
-                if mb < full {
-                    op.products::<false>(k, mb);
+        asm!("ldtilecfg [{}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
+        let mut b = 0;
+        while b < blocks {
+            let two = b + 1 < blocks;
+            for nb in (0..op.cout).step_by(32) {
+                if two {
+                    op.block::<true>(op.first + b * ROWS, nb);
+                } else {
+                    op.block::<false>(op.first + b * ROWS, nb);
                 }
             }
-        }
-        if full < ntiles {
-            let config = TileConfig::new(ntiles - full);
-            asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
-            for k in 0..tt {
-                op.products::<false>(k, full);
-            }
+            b += if two { 2 } else { 1 };
         }
         asm!("tilerelease", options(nostack, nomem));
     }
 }
 
+/// Stores sum tiles `$c0`, `$c1` (16 voxels x 32 outputs) at `$dst`, rows `$stride` bytes apart.
 #[cfg(target_arch = "x86_64")]
-impl Operands {
-    /// The sums of yx index `k` for the tiles from `mb` (as many as the loaded configuration's
-    /// rows; twice that when `TWO`) and every output.
+macro_rules! store_pair {
+    ($c0:literal, $c1:literal, $dst:expr, $stride:expr) => {
+        asm!(
+            concat!("tilestored [{d} + {s} * 1], ", $c0),
+            concat!("tilestored [{d1} + {s} * 1], ", $c1),
+            d = in(reg) $dst,
+            d1 = in(reg) $dst.add(16),
+            s = in(reg) ($stride) as usize,
+            options(nostack),
+        )
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+impl PlaneOperands {
+    /// The sums of voxels `v0..v0 + 16` (`..v0 + 32` when `TWO`), outputs `nb..nb + 32`.
     ///
     /// # Safety
-    /// As [`plane_products`], with a configuration loaded whose rows (doubled when `TWO`) from
-    /// `mb` stay below `ntiles`.
+    /// As [`conv_plane`], with its tile configuration loaded; `v0 >= dx + 1` and
+    /// `v0 + 32 <= plane_voxels + SLACK_VOXELS - dx - 1`.
     #[inline(always)]
-    unsafe fn products<const TWO: bool>(&self, k: usize, mb: usize) {
-        let (cin, cout, tt) = (self.cin, self.cout, self.tt);
-        let (sa, sb, sc) = (cin * 2, cout * 4, tt * cout * 4);
-        // SAFETY: input rows mb..mb + rows (+ ROWS) of part k of each tap plane, weight rows of
-        // (k, tz) inside `packed`, sum rows below ntiles: inside the buffers (caller).
+    unsafe fn block<const TWO: bool>(&self, v0: usize, nb: usize) {
+        let (cin, cout, dx) = (self.cin, self.cout, self.dx);
+        let (sa, sb) = (cin * 2, cout * 4);
+        // SAFETY: every input tile reads voxels v0 - dx - 1 ..= v0 + 31 + dx + 1 of a plane,
+        // inside 0..plane_voxels + SLACK_VOXELS; weight tiles rows of `packed`; stores below.
         unsafe {
-            for nb in (0..cout).step_by(32) {
-                asm!(
-                    "tilezero tmm0",
-                    "tilezero tmm1",
-                    "tilezero tmm2",
-                    "tilezero tmm3",
-                    options(nostack, nomem)
-                );
-                for (tz, tap) in self.taps.iter().enumerate() {
-                    for kc in (0..cin).step_by(32) {
-                        let a = tap.add((k * self.ntiles + mb) * cin + kc);
-                        let b = self
-                            .packed
-                            .add(((k * 3 + tz) * cin / 2 + kc / 2) * cout + nb);
-                        if TWO {
-                            asm!(
-                                "tileloadd tmm4, [{a} + {sa} * 1]",
-                                "tileloadd tmm5, [{a1} + {sa} * 1]",
-                                "tileloadd tmm6, [{b} + {sb} * 1]",
-                                "tileloadd tmm7, [{b1} + {sb} * 1]",
-                                "tdpbf16ps tmm0, tmm4, tmm6",
-                                "tdpbf16ps tmm1, tmm4, tmm7",
-                                "tdpbf16ps tmm2, tmm5, tmm6",
-                                "tdpbf16ps tmm3, tmm5, tmm7",
-                                a = in(reg) a,
-                                a1 = in(reg) a.add(ROWS * cin),
-                                b = in(reg) b,
-                                b1 = in(reg) b.add(16),
-                                sa = in(reg) sa,
-                                sb = in(reg) sb,
-                                options(nostack, readonly),
-                            );
-                        } else {
-                            asm!(
-                                "tileloadd tmm4, [{a} + {sa} * 1]",
-                                "tileloadd tmm6, [{b} + {sb} * 1]",
-                                "tileloadd tmm7, [{b1} + {sb} * 1]",
-                                "tdpbf16ps tmm0, tmm4, tmm6",
-                                "tdpbf16ps tmm1, tmm4, tmm7",
-                                a = in(reg) a,
-                                b = in(reg) b,
-                                b1 = in(reg) b.add(16),
-                                sa = in(reg) sa,
-                                sb = in(reg) sb,
-                                options(nostack, readonly),
-                            );
-                        }
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            );
+            for tap in 0..27 {
+                let (tz, ty, tx) = (tap / 9, tap / 3 % 3, tap % 3);
+                let voxel = v0 + ty * dx + tx - dx - 1;
+                for kc in (0..cin).step_by(32) {
+                    let a = self.planes[tz].add(voxel * cin + kc);
+                    let b = self.packed.add((tap * cin / 2 + kc / 2) * cout + nb);
+                    if TWO {
+                        asm!(
+                            "tileloadd tmm4, [{a} + {sa} * 1]",
+                            "tileloadd tmm5, [{a1} + {sa} * 1]",
+                            "tileloadd tmm6, [{b} + {sb} * 1]",
+                            "tileloadd tmm7, [{b1} + {sb} * 1]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tdpbf16ps tmm1, tmm4, tmm7",
+                            "tdpbf16ps tmm2, tmm5, tmm6",
+                            "tdpbf16ps tmm3, tmm5, tmm7",
+                            a = in(reg) a,
+                            a1 = in(reg) a.add(ROWS * cin),
+                            b = in(reg) b,
+                            b1 = in(reg) b.add(16),
+                            sa = in(reg) sa,
+                            sb = in(reg) sb,
+                            options(nostack, readonly),
+                        );
+                    } else {
+                        asm!(
+                            "tileloadd tmm4, [{a} + {sa} * 1]",
+                            "tileloadd tmm6, [{b} + {sb} * 1]",
+                            "tileloadd tmm7, [{b1} + {sb} * 1]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tdpbf16ps tmm1, tmm4, tmm7",
+                            a = in(reg) a,
+                            b = in(reg) b,
+                            b1 = in(reg) b.add(16),
+                            sa = in(reg) sa,
+                            sb = in(reg) sb,
+                            options(nostack, readonly),
+                        );
                     }
                 }
-                let d = self.sums.add((mb * tt + k) * cout + nb);
-                asm!(
-                    "tilestored [{d} + {s} * 1], tmm0",
-                    "tilestored [{d1} + {s} * 1], tmm1",
-                    d = in(reg) d,
-                    d1 = in(reg) d.add(16),
-                    s = in(reg) sc,
-                    options(nostack),
-                );
-                if TWO {
-                    let d = d.add(ROWS * tt * cout);
-                    asm!(
-                        "tilestored [{d} + {s} * 1], tmm2",
-                        "tilestored [{d1} + {s} * 1], tmm3",
-                        d = in(reg) d,
-                        d1 = in(reg) d.add(16),
-                        s = in(reg) sc,
-                        options(nostack),
-                    );
+            }
+            // Sum rows go straight to the plane when the block lies inside it, else through
+            // `edge`, copying the rows inside the plane.
+            let mut edge = [0.0f32; ROWS * 32];
+            let inside = |v: usize| v + ROWS <= self.plane_voxels;
+            let at = |v: usize| self.out.add(v * cout + nb);
+            if inside(v0) {
+                store_pair!("tmm0", "tmm1", at(v0), sb);
+            } else {
+                store_pair!("tmm0", "tmm1", edge.as_mut_ptr(), 32 * 4);
+                self.copy_rows(&edge, v0, nb);
+            }
+            if TWO {
+                let v1 = v0 + ROWS;
+                if inside(v1) {
+                    store_pair!("tmm2", "tmm3", at(v1), sb);
+                } else {
+                    store_pair!("tmm2", "tmm3", edge.as_mut_ptr(), 32 * 4);
+                    self.copy_rows(&edge, v1, nb);
                 }
+            }
+        }
+    }
+
+    /// The rows of `edge` (16 voxels from `v0` x 32 outputs from `nb`) that lie inside the plane,
+    /// into it.
+    ///
+    /// # Safety
+    /// `out` as [`PlaneOperands`] says.
+    #[inline(always)]
+    unsafe fn copy_rows(&self, edge: &[f32; ROWS * 32], v0: usize, nb: usize) {
+        for r in 0..ROWS.min(self.plane_voxels.saturating_sub(v0)) {
+            // SAFETY: voxel v0 + r < plane_voxels, outputs nb..nb + 32 <= cout.
+            unsafe {
+                let dst = self.out.add((v0 + r) * self.cout + nb);
+                core::ptr::copy_nonoverlapping(edge.as_ptr().add(r * 32), dst, 32);
             }
         }
     }
 }
 
-/// A transformed plane `src` (float32) into bfloat16 `dst` of the same layout, rounded to
-/// nearest even with subnormals flushed, as [`super::winograd2d::bf16::to_bits`].
+/// `src` (float32, through a ReLU when `relu`) into bfloat16 `dst`, rounded to nearest even with
+/// subnormals flushed, as [`super::bf16::to_bits`].
 ///
 /// # Safety
 /// [`available`] returned true (AVX512-BF16); `src.len()` is a multiple of 32 and `dst` is
 /// writable for as many values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-pub(crate) unsafe fn convert_plane(src: &[f32], dst: *mut u16) {
+pub(crate) unsafe fn convert(src: &[f32], relu: bool, dst: *mut u16) {
     use core::arch::x86_64::*;
-    assert!(
-        src.len().is_multiple_of(32),
-        "amx: plane of {} values",
-        src.len()
-    );
-    let s = src.as_ptr();
+    assert!(src.len().is_multiple_of(32), "amx: {} values", src.len());
+    let (s, zero) = (src.as_ptr(), _mm512_setzero_ps());
     for i in (0..src.len()).step_by(32) {
         // SAFETY: i + 32 <= src.len(), inside `src` and `dst` (caller).
         unsafe {
-            let lo = _mm512_loadu_ps(s.add(i));
-            let hi = _mm512_loadu_ps(s.add(i + 16));
+            let (mut lo, mut hi) = (_mm512_loadu_ps(s.add(i)), _mm512_loadu_ps(s.add(i + 16)));
+            if relu {
+                (lo, hi) = (_mm512_max_ps(lo, zero), _mm512_max_ps(hi, zero));
+            }
             let v = _mm512_cvtne2ps_pbh(hi, lo);
             _mm512_storeu_si512(
                 dst.add(i).cast(),
@@ -286,7 +314,7 @@ pub(crate) unsafe fn convert_plane(src: &[f32], dst: *mut u16) {
 /// # Safety
 /// None needed; it panics.
 #[cfg(not(target_arch = "x86_64"))]
-pub(crate) unsafe fn plane_products(_op: &Operands) {
+pub(crate) unsafe fn conv_plane(_op: &PlaneOperands) {
     unreachable!("AMX products without AMX");
 }
 
@@ -295,6 +323,6 @@ pub(crate) unsafe fn plane_products(_op: &Operands) {
 /// # Safety
 /// None needed; it panics.
 #[cfg(not(target_arch = "x86_64"))]
-pub(crate) unsafe fn convert_plane(_src: &[f32], _dst: *mut u16) {
+pub(crate) unsafe fn convert(_src: &[f32], _relu: bool, _dst: *mut u16) {
     unreachable!("AMX conversion without AVX512-BF16");
 }

@@ -72,6 +72,7 @@ pub mod amx;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod bf16;
 pub mod fast;
 pub(crate) mod gemm;
 pub mod reference;

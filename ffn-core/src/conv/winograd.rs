@@ -55,12 +55,13 @@ pub enum ConvAlgorithm {
     /// Winograd F(4, 3) along x for every conv that [`ConvAlgorithm::Winograd`] computes by
     /// Winograd, inference included: the algorithm of ffn-rs before F(4x4, 3x3), kept selectable.
     Winograd1d,
-    /// [`ConvAlgorithm::Winograd`] with the products of the inference forward pass from values
-    /// rounded to bfloat16 ([`super::winograd2d::bf16`]): AMX tile products where the CPU has
-    /// them ([`super::amx::available`]), else an emulation on the float32 kernels (slower than
+    /// [`ConvAlgorithm::Winograd`], but the 3x3x3 convs of the inference forward pass with 32k
+    /// input and output channels computed directly from inputs and weights rounded to bfloat16,
+    /// summed in float32 ([`super::bf16`]): AMX tile products where the CPU has them
+    /// ([`super::amx::available`]), else an emulation on the float32 direct kernels (slower than
     /// float32). Opt-in: segmentations differ from float32's. Training (forward and backward)
     /// computes as [`ConvAlgorithm::Winograd`].
-    WinogradBf16,
+    Bf16,
 }
 
 impl ConvAlgorithm {
@@ -70,14 +71,15 @@ impl ConvAlgorithm {
             Self::Winograd => "winograd",
             Self::Direct => "direct",
             Self::Winograd1d => "winograd1d",
-            Self::WinogradBf16 => "winograd-bf16",
+            Self::Bf16 => "bf16",
         }
     }
 
-    /// Whether the forward convs run by F(4x4, 3x3) and the gradients by the two-axis
-    /// algorithms ([`ConvAlgorithm::Winograd`] and [`ConvAlgorithm::WinogradBf16`]).
+    /// Whether the forward convs run by F(4x4, 3x3) (where [`ConvAlgorithm::Bf16`] does not
+    /// apply) and the gradients by the two-axis algorithms ([`ConvAlgorithm::Winograd`] and
+    /// [`ConvAlgorithm::Bf16`]).
     pub fn two_axes(self) -> bool {
-        matches!(self, Self::Winograd | Self::WinogradBf16)
+        matches!(self, Self::Winograd | Self::Bf16)
     }
 
     /// Parses [`ConvAlgorithm::name`]; `None` for anything else.
@@ -86,7 +88,7 @@ impl ConvAlgorithm {
             "winograd" => Some(Self::Winograd),
             "direct" => Some(Self::Direct),
             "winograd1d" => Some(Self::Winograd1d),
-            "winograd-bf16" => Some(Self::WinogradBf16),
+            "bf16" => Some(Self::Bf16),
             _ => None,
         }
     }
@@ -104,8 +106,6 @@ pub(super) const T: usize = 6;
 pub struct WinogradScratch {
     input: Vec<f32>,
     weights: Vec<f32>,
-    /// Transformed weights as pairs of bfloat16 values (AMX, see [`super::winograd2d::bf16`]).
-    packed: Vec<u32>,
     partials: Vec<f32>,
     /// Per-thread sums of one output plane (forward).
     sums: Vec<f32>,
@@ -125,11 +125,16 @@ impl WinogradScratch {
         (&mut self.partials, &mut self.input)
     }
 
+    /// The buffers of the bf16 precision ([`super::bf16`]): the rounded input (emulation), the
+    /// per-thread rings of bfloat16 planes (AMX).
+    pub(super) fn bf16_buffers(&mut self) -> (&mut Vec<f32>, &mut Vec<f32>) {
+        (&mut self.input, &mut self.sums)
+    }
+
     /// The buffers of a forward pass, for [`super::winograd2d`].
     pub(super) fn buffers(&mut self) -> ForwardBuffers<'_> {
         ForwardBuffers {
             weights: &mut self.weights,
-            packed: &mut self.packed,
             sums: &mut self.sums,
         }
     }
@@ -139,8 +144,6 @@ impl WinogradScratch {
 pub(super) struct ForwardBuffers<'a> {
     /// Transformed weights.
     pub weights: &'a mut Vec<f32>,
-    /// Transformed weights as pairs of bfloat16 values, for AMX.
-    pub packed: &'a mut Vec<u32>,
     /// Per-thread sums of one output plane.
     pub sums: &'a mut Vec<f32>,
 }

@@ -25,7 +25,6 @@
 //! width, [`forward_fused`] computes the conv by F(4, 3).
 
 pub mod backward;
-pub mod bf16;
 
 pub use backward::backward_weights;
 
@@ -272,90 +271,11 @@ pub fn forward_fused_with(
         winograd::forward_fused(simd, p, g, input, weights, fusion, out, scratch);
         return;
     };
+    winograd::check_fused(p, g, input, fusion, out);
+    let ntiles = winograd::tiles(g.size[1]) * winograd::tiles(g.size[2]);
+    let plane_len = TT * ntiles * cin;
     let buffers = scratch.buffers();
-    let tw = prepared_weights(p, weights, transformed, false, buffers.weights);
-    forward_planes(
-        kernels,
-        p,
-        g,
-        input,
-        Products::F32(tw),
-        fusion,
-        out,
-        buffers.sums,
-    );
-}
-
-/// [`forward_fused_with`] in the bfloat16 precision ([`bf16`]): the products of the transformed
-/// inputs and weights from values rounded to bfloat16, by AMX tile products where
-/// [`super::amx::available`], else by the float32 kernels on the rounded values. `prepared`, when
-/// given, holds the weights of this conv in the form the products read
-/// ([`bf16::PreparedWeights::new`], e.g. kept between the calls of an inference run), and decides
-/// which of the two runs. Where the precision does not apply (see [`bf16::applies`]) or `simd`
-/// has no SIMD kernels for the output width, computes as [`forward_fused_with`] in float32 (and
-/// ignores `prepared`).
-///
-/// # Panics
-/// As [`forward_fused_with`]; also when `prepared` does not match `p`.
-#[allow(clippy::too_many_arguments)]
-pub fn forward_fused_bf16(
-    simd: Simd,
-    p: &Conv3dParams,
-    g: &Padded,
-    input: &[f32],
-    weights: &[f32],
-    prepared: Option<&bf16::PreparedWeights>,
-    fusion: Fusion<'_>,
-    out: &mut [f32],
-    scratch: &mut WinogradScratch,
-) {
-    let kernels = super::simd_kernels(p.out_channels, simd).filter(|_| p.voxels() > 0);
-    let Some(kernels) = kernels.filter(|_| bf16::applies(p)) else {
-        forward_fused_with(simd, p, g, input, weights, None, fusion, out, scratch);
-        return;
-    };
-    let buffers = scratch.buffers();
-    let products =
-        match prepared {
-            Some(bf16::PreparedWeights::Packed(packed)) => Products::Amx(packed),
-            Some(bf16::PreparedWeights::Rounded(rounded)) => Products::Bf16Rounded(
-                prepared_weights(p, weights, Some(rounded), false, buffers.weights),
-            ),
-            None => {
-                let rounded = prepared_weights(p, weights, None, true, buffers.weights);
-                if super::amx::available() {
-                    buffers.packed.resize(bf16::packed_weights_len(p), 0);
-                    bf16::pack_weights(p, rounded, buffers.packed);
-                    Products::Amx(&buffers.packed[..])
-                } else {
-                    Products::Bf16Rounded(rounded)
-                }
-            }
-        };
-    if let Products::Amx(packed) = products {
-        assert!(
-            super::amx::available(),
-            "winograd2d: AMX products without AMX"
-        );
-        assert_eq!(
-            packed.len(),
-            bf16::packed_weights_len(p),
-            "winograd2d: packed weights"
-        );
-    }
-    forward_planes(kernels, p, g, input, products, fusion, out, buffers.sums);
-}
-
-/// The transformed weights of conv `p`: `given` (checked for length), or `weights` transformed
-/// into `buffer` (and rounded to bfloat16 when `round`).
-fn prepared_weights<'a>(
-    p: &Conv3dParams,
-    weights: &[f32],
-    given: Option<&'a [f32]>,
-    round: bool,
-    buffer: &'a mut alloc::vec::Vec<f32>,
-) -> &'a [f32] {
-    match given {
+    let tw = match transformed {
         Some(tw) => {
             assert_eq!(
                 tw.len(),
@@ -365,49 +285,10 @@ fn prepared_weights<'a>(
             tw
         }
         None => {
-            buffer.resize(transformed_weights_len(p), 0.0);
-            transform_weights(p, weights, buffer);
-            if round {
-                bf16::round_all(buffer);
-            }
-            &buffer[..]
+            buffers.weights.resize(transformed_weights_len(p), 0.0);
+            transform_weights(p, weights, buffers.weights);
+            &buffers.weights[..]
         }
-    }
-}
-
-/// How [`forward_planes`] multiplies the transformed planes by the weights.
-#[derive(Clone, Copy)]
-enum Products<'a> {
-    /// Float32 products with these transformed weights.
-    F32(&'a [f32]),
-    /// Float32 products of the tap planes rounded to bfloat16 with these rounded weights.
-    Bf16Rounded(&'a [f32]),
-    /// AMX tile products of the tap planes converted to bfloat16 with these packed weights
-    /// ([`bf16::pack_weights`]).
-    Amx(&'a [u32]),
-}
-
-/// The passes of [`forward_fused_with`] over every output plane, the products by `products`.
-#[allow(clippy::too_many_arguments)]
-fn forward_planes(
-    kernels: Kernels,
-    p: &Conv3dParams,
-    g: &Padded,
-    input: &[f32],
-    products: Products<'_>,
-    fusion: Fusion<'_>,
-    out: &mut [f32],
-    sums_buffer: &mut alloc::vec::Vec<f32>,
-) {
-    let (cin, cout) = (p.in_channels, p.out_channels);
-    winograd::check_fused(p, g, input, fusion, out);
-    let ntiles = winograd::tiles(g.size[1]) * winograd::tiles(g.size[2]);
-    let plane_len = TT * ntiles * cin;
-    // AMX reads its tap planes as bfloat16: a second ring of three, two bfloat16 values per
-    // float32 word of the scratch.
-    let bf16_plane_words = match products {
-        Products::Amx(_) => plane_len / 2,
-        _ => 0,
     };
     let plane = g.plane_voxels();
     let sums_len = ntiles * TT * cout;
@@ -418,57 +299,19 @@ fn forward_planes(
         g,
         cout,
         out,
-        sums_buffer,
-        sums_len + 3 * (plane_len + bf16_plane_words),
+        buffers.sums,
+        sums_len + 3 * plane_len,
         |idx, prev, zp, chunk, scratch| {
-            let (sums, rings) = scratch.split_at_mut(sums_len);
-            let (ring, bf16_ring) = rings.split_at_mut(3 * plane_len);
+            let (sums, ring) = scratch.split_at_mut(sums_len);
             for q in winograd::ring_planes(idx, prev) {
                 let slot = &mut ring[(q % 3) * plane_len..][..plane_len];
                 transform_input_plane(kernels, g, cin, input, q, fusion.relu_input, slot);
-                match products {
-                    Products::F32(_) => {}
-                    Products::Bf16Rounded(_) => bf16::round_all(slot),
-                    Products::Amx(_) => {
-                        let words =
-                            &mut bf16_ring[(q % 3) * bf16_plane_words..][..bf16_plane_words];
-                        // SAFETY: Products::Amx is chosen only where amx::available() (asserted
-                        // above); plane_len = TT * ntiles * cin is a multiple of 32 (cin is,
-                        // bf16::applies); `words` has room for plane_len bfloat16 values (any
-                        // bits are valid for both types).
-                        unsafe { super::amx::convert_plane(slot, words.as_mut_ptr().cast()) };
-                    }
-                }
             }
-            match products {
-                Products::F32(tw) | Products::Bf16Rounded(tw) => {
-                    let taps = core::array::from_fn(|tz| {
-                        let q = idx + tz - 1;
-                        &ring[(q % 3) * plane_len..][..plane_len]
-                    });
-                    plane_products(kernels, taps, tw, cin, cout, ntiles, sums);
-                }
-                Products::Amx(packed) => {
-                    let taps: [*const u16; 3] = core::array::from_fn(|tz| {
-                        let q = idx + tz - 1;
-                        bf16_ring[(q % 3) * bf16_plane_words..].as_ptr().cast()
-                    });
-                    // SAFETY: AMX is available and cin, cout are multiples of 32 (asserted and
-                    // checked above); each tap plane holds TT * ntiles * cin bfloat16 values,
-                    // `packed` its length (asserted) and `sums` ntiles * TT * cout (sums_len).
-                    unsafe {
-                        super::amx::plane_products(&super::amx::Operands {
-                            taps,
-                            packed: packed.as_ptr(),
-                            cin,
-                            cout,
-                            ntiles,
-                            tt: TT,
-                            sums: sums.as_mut_ptr(),
-                        });
-                    }
-                }
-            }
+            let taps = core::array::from_fn(|tz| {
+                let q = idx + tz - 1;
+                &ring[(q % 3) * plane_len..][..plane_len]
+            });
+            plane_products(kernels, taps, tw, cin, cout, ntiles, sums);
             let residual = fusion
                 .residual
                 .map(|r| &r[idx * plane * cout..][..plane * cout]);
@@ -598,7 +441,7 @@ fn inverse_and_finish(
 }
 
 /// Bias, ReLU and the residual of `fusion`, in that order, over the interior rows of one plane.
-fn finish_plane(
+pub(super) fn finish_plane(
     g: &Padded,
     cout: usize,
     fusion: Fusion<'_>,

@@ -16,7 +16,7 @@
 //! first call with a given batch size nothing is allocated.
 
 use crate::conv::winograd::{self, ConvAlgorithm, Fusion, WinogradScratch};
-use crate::conv::{Conv3dParams, Simd, fast, winograd2d};
+use crate::conv::{Conv3dParams, Simd, bf16, fast, winograd2d};
 use crate::error::CoreError;
 use crate::layers;
 use crate::model_spec::ModelConfig;
@@ -123,7 +123,7 @@ struct KeptWeights {
     /// Transformed, float32.
     transformed: Vec<f32>,
     /// For the bfloat16 products.
-    bf16: Option<winograd2d::bf16::PreparedWeights>,
+    bf16: Option<bf16::PreparedWeights>,
 }
 
 impl KeptWeights {
@@ -140,7 +140,7 @@ enum WinogradForward {
     OneAxis,
     /// F(4x4, 3x3) over y and x, float32 products.
     TwoAxes,
-    /// F(4x4, 3x3) over y and x, bfloat16 products where they apply.
+    /// Direct bfloat16 products where they apply ([`bf16::applies`]), else F(4x4, 3x3).
     TwoAxesBf16,
 }
 
@@ -150,8 +150,8 @@ impl WinogradForward {
         match algorithm {
             ConvAlgorithm::Direct | ConvAlgorithm::Winograd1d => Self::OneAxis,
             ConvAlgorithm::Winograd => Self::TwoAxes,
-            ConvAlgorithm::WinogradBf16 if train => Self::TwoAxes,
-            ConvAlgorithm::WinogradBf16 => Self::TwoAxesBf16,
+            ConvAlgorithm::Bf16 if train => Self::TwoAxes,
+            ConvAlgorithm::Bf16 => Self::TwoAxesBf16,
         }
     }
 }
@@ -348,14 +348,12 @@ impl ConvStack3d {
                 residual,
             };
             if axes != WinogradForward::OneAxis {
-                if axes == WinogradForward::TwoAxesBf16 && winograd2d::bf16::applies(&p) {
+                if axes == WinogradForward::TwoAxesBf16 && bf16::applies(&p) {
                     let prepared = kept
                         .bf16
-                        .get_or_insert_with(|| winograd2d::bf16::PreparedWeights::new(&p, w));
+                        .get_or_insert_with(|| bf16::PreparedWeights::new(&p, w));
                     let prepared = Some(&*prepared);
-                    winograd2d::forward_fused_bf16(
-                        self.simd, &p, g, input, w, prepared, fusion, out, wino,
-                    );
+                    bf16::forward_fused(self.simd, &p, g, input, w, prepared, fusion, out, wino);
                 } else {
                     let transformed = &mut kept.transformed;
                     if transformed.is_empty() {

@@ -201,7 +201,7 @@ fn bf16_precision_rounds_inference_only() {
         (d / m).sqrt()
     };
     let (f32_out, f32_logits, f32_grads) = run(&mut net, ConvAlgorithm::Winograd);
-    let (bf16_out, bf16_logits, bf16_grads) = run(&mut net, ConvAlgorithm::WinogradBf16);
+    let (bf16_out, bf16_logits, bf16_grads) = run(&mut net, ConvAlgorithm::Bf16);
     if crate::conv::Simd::best() >= crate::conv::Simd::Avx2 {
         let e = relative_l2(&bf16_out, &f32_out);
         assert!(

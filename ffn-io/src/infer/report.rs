@@ -38,8 +38,8 @@ impl InferReport {
             "checkpoint": run.checkpoint.display().to_string(),
             "output": run.options.out.to_string(),
             "conv": run.net.conv_algorithm().name(),
-            "bf16_products": (run.net.conv_algorithm() == ConvAlgorithm::WinogradBf16)
-                .then(ffn_core::conv::winograd2d::bf16::products_name),
+            "bf16_products": (run.net.conv_algorithm() == ConvAlgorithm::Bf16)
+                .then(ffn_core::conv::bf16::products_name),
             "model": {"depth": cfg.depth, "features": cfg.features,
                       "fov_xyz": [cfg.fov[2], cfg.fov[1], cfg.fov[0]], "deltas_xyz": [cfg.deltas[2], cfg.deltas[1], cfg.deltas[0]]},
             "offset_xyz": [offset[2], offset[1], offset[0]],

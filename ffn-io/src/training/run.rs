@@ -179,8 +179,8 @@ impl<'g> TrainingRun<'g> {
             "report_every (--report-every): expected >= 1"
         );
         ensure!(
-            opts.conv != ConvAlgorithm::WinogradBf16,
-            "conv (--conv): winograd-bf16 is a precision of inference; training computes in \
+            opts.conv != ConvAlgorithm::Bf16,
+            "conv (--conv): bf16 is a precision of inference; training computes in \
              float32 (expected winograd, winograd1d or direct)"
         );
         let step_opts = StepOptions {
