@@ -48,7 +48,7 @@ fn shipped_model_segments_the_held_out_fib25_box_as_its_card_says() {
         .expect("the shipped checkpoint records the inference settings chosen for it");
     let net = ConvStack3d::from_params(model.config, model.params).unwrap();
     let scored = held
-        .segment(net, model.normalisation, &settings.options())
+        .segment(net, model.normalisation, &settings.options(), None)
         .unwrap();
     let arand = scored.scores.adapted_rand_error;
     println!(

@@ -143,3 +143,34 @@ impl ThresholdFlags {
         }
     }
 }
+
+/// FFN agglomeration after the flood fill ([`ffn_core::inference::agglomerate`]): off unless
+/// `--agglomerate` is given.
+#[derive(clap::Args, Clone, Debug)]
+pub struct AgglomerateFlags {
+    /// Merge touching segments that the network joins in both directions where they touch.
+    #[arg(long)]
+    pub agglomerate: bool,
+    /// Agglomeration: smallest contact tested, in voxel faces.
+    #[arg(long, default_value_t = 20, requires = "agglomerate")]
+    pub agglomerate_min_contact: u64,
+    /// Agglomeration: fraction of the other segment (in the box around the contact) that each
+    /// of the two floods must cover.
+    #[arg(long, default_value_t = 0.5, requires = "agglomerate")]
+    pub agglomerate_coverage: f64,
+    /// Agglomeration: how far (voxels) the FOV centre may move from the contact's middle.
+    #[arg(long, default_value_t = 8, requires = "agglomerate")]
+    pub agglomerate_reach: usize,
+}
+
+impl AgglomerateFlags {
+    /// The options, or `None` without `--agglomerate`.
+    pub fn options(&self) -> Option<ffn_core::inference::AgglomerateOptions> {
+        self.agglomerate
+            .then_some(ffn_core::inference::AgglomerateOptions {
+                min_contact: self.agglomerate_min_contact,
+                min_coverage: self.agglomerate_coverage,
+                reach: [self.agglomerate_reach; 3],
+            })
+    }
+}

@@ -478,3 +478,90 @@ fn infer_runs_the_bf16_precision() {
     assert_eq!(f32_run["conv"], "winograd");
     assert!(f32_run["bf16_products"].is_null(), "{f32_run}");
 }
+
+/// `ffn infer --agglomerate`: a model that floods wherever it goes joins touching segments from
+/// both sides (not all: its flat predictions drift its floods to the corners of the small box
+/// around a contact), so the written segmentation has fewer segments than the flood fill made,
+/// and the JSON says so; agglomeration flags without `--agglomerate` are refused.
+#[test]
+fn infer_agglomerates_touching_segments_the_model_joins() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    setup(d);
+    let ck = constant_model(d, "flood.safetensors", 6.0);
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "infer",
+            "--image",
+            "data.h5:raw",
+            "--checkpoint",
+            &ck,
+            "--out",
+            "agg.h5:seg",
+            "--min-segment-size",
+            "10",
+            "--seed-policy",
+            "grid",
+            "--grid-step",
+            "8",
+            "--quiet",
+            "--json",
+        ];
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let plain = args(&[]);
+    let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
+    let before = json(&ok(&plain, d));
+    assert!(before["agglomeration"].is_null(), "{before}");
+    let flood_segments = before["segments"].as_u64().unwrap();
+    assert!(
+        flood_segments >= 2,
+        "the test needs a split flood fill: {before}"
+    );
+    let agg = args(&[
+        "--agglomerate",
+        "--agglomerate-min-contact",
+        "1",
+        "--agglomerate-reach",
+        "2",
+    ]);
+    let agg: Vec<&str> = agg.iter().map(String::as_str).collect();
+    let s = json(&ok(&agg, d));
+    let a = &s["agglomeration"];
+    assert_eq!(a["segments_before"].as_u64(), Some(flood_segments), "{s}");
+    assert!(a["tested_pairs"].as_u64().unwrap() >= 1, "{s}");
+    let joined = a["joined_pairs"].as_u64().unwrap();
+    assert!(
+        joined >= 1 && joined <= a["tested_pairs"].as_u64().unwrap(),
+        "{s}"
+    );
+    assert!(a["predict_calls"].as_u64().unwrap() >= 2, "{s}");
+    let after = a["segments_after"].as_u64().unwrap();
+    assert!(after < flood_segments, "{s}");
+    assert_eq!(s["segments"].as_u64(), Some(after), "{s}");
+    let written = read_labels(&VolumeSpec::new(d.join("agg.h5"), "seg")).unwrap();
+    let mut ids: Vec<u64> = written.iter().copied().filter(|&l| l != 0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len() as u64, after);
+    let refused = ffn(
+        &[
+            "infer",
+            "--image",
+            "data.h5:raw",
+            "--checkpoint",
+            &ck,
+            "--out",
+            "x.h5:seg",
+            "--agglomerate-coverage",
+            "0.7",
+        ],
+        d,
+    );
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("--agglomerate"),
+        "{err}"
+    );
+}

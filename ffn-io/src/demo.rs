@@ -254,7 +254,7 @@ pub fn run_demo(opts: &DemoOptions, on_event: &mut dyn FnMut(DemoEvent<'_>)) -> 
             inference.min_segment_size = n;
             settings += &format!(", min segment size {n} from --min-segment-size");
         }
-        let scored = held.segment(net, m.normalisation, &inference)?;
+        let scored = held.segment(net, m.normalisation, &inference, None)?;
         on_event(DemoEvent::Note(format!(
             "      {name} ({}; {settings}): {} segments in {:.1} s",
             path.display(),

@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use crate::{TrainingNormalisation, VolumeSpec};
 use anyhow::Result;
-use ffn_core::inference::{InferenceOptions, SeedPolicy, SegmentOptions, normalize_image, segment};
+use ffn_core::inference::{
+    AgglomerateOptions, InferenceOptions, SeedPolicy, SegmentOptions, normalize_image, segment,
+};
 use ffn_core::metrics::{MetricOptions, Scores, evaluate};
 use ffn_core::network::ConvStack3d;
 
@@ -93,13 +95,14 @@ impl HeldOut {
     }
 
     /// Segments the context region with `net` (PolicyPeaks seeds, the flood-filling options
-    /// `inference`, e.g. google/ffn's defaults) on the image normalised as the model was trained
-    /// (`trained`, else 128 / 33), and scores the box.
+    /// `inference`, e.g. google/ffn's defaults, then `agglomerate` if given) on the image
+    /// normalised as the model was trained (`trained`, else 128 / 33), and scores the box.
     pub fn segment(
         &self,
         mut net: ConvStack3d,
         trained: Option<TrainingNormalisation>,
         inference: &InferenceOptions,
+        agglomerate: Option<&AgglomerateOptions>,
     ) -> Result<Scored> {
         let norm = crate::NormalisationChoice {
             trained,
@@ -112,6 +115,7 @@ impl HeldOut {
             deltas: net.config().deltas,
             seeds: SeedPolicy::default(),
             inference: inference.clone(),
+            agglomerate: agglomerate.cloned(),
         };
         let t = Instant::now();
         let clock = move || t.elapsed().as_secs_f64();

@@ -16,7 +16,7 @@ use crate::checkpoint::{list_checkpoints, load_checkpoint};
 use crate::heldout::{HeldOut, Scored, context_region};
 use crate::plot;
 use anyhow::{Context, Result, bail};
-use ffn_core::inference::InferenceOptions;
+use ffn_core::inference::{AgglomerateOptions, InferenceOptions};
 use ffn_core::network::ConvStack3d;
 
 /// What [`evaluate_run`] evaluates and where it writes.
@@ -47,6 +47,8 @@ pub struct LearningOptions {
     /// The flood-filling options of every segmentation (google/ffn's defaults by default; the
     /// seeds are PolicyPeaks).
     pub inference: InferenceOptions,
+    /// Agglomerate every segmentation after its flood fill (`None`: no agglomeration).
+    pub agglomerate: Option<AgglomerateOptions>,
     /// Output folder for `learning.csv`, `learning.md` and `learning_curve.png`.
     pub out: PathBuf,
 }
@@ -184,7 +186,7 @@ pub fn evaluate_run(
             ckpt_dir.display()
         );
     }
-    check_cached_settings(&args.out, &args.inference, !rows.is_empty())?;
+    check_cached_settings(&args.out, &settings_line(args), !rows.is_empty())?;
     let last = all.len() - 1;
     for (i, (step, path)) in all.iter().enumerate() {
         if (i % args.every != 0 && i != last) || rows.contains_key(&("ffn-rs".into(), *step)) {
@@ -200,7 +202,7 @@ pub fn evaluate_run(
             .unwrap_or(0);
         let norm = crate::model::training_normalisation(path, &ck.training_config)?;
         let net = ConvStack3d::from_params(ck.model, ck.params)?;
-        let mut row = segment_and_score(&held, net, norm, &args.inference)
+        let mut row = segment_and_score(&held, net, norm, args)
             .with_context(|| format!("evaluating {}", path.display()))?;
         row.model = "ffn-rs".into();
         row.step = *step;
@@ -221,7 +223,7 @@ pub fn evaluate_run(
         let m = crate::load_model(reference)
             .with_context(|| format!("loading the reference {}", reference.display()))?;
         let net = ConvStack3d::from_params(m.config, m.params)?;
-        let mut row = segment_and_score(&held, net, m.normalisation, &args.inference)?;
+        let mut row = segment_and_score(&held, net, m.normalisation, args)?;
         row.model = "reference".into();
         progress(&row);
         rows.insert((row.model.clone(), 0), row);
@@ -265,12 +267,23 @@ fn inference_settings(o: &InferenceOptions) -> String {
     )
 }
 
-/// The rows cached in `out/learning.csv` were made with the inference settings recorded in
-/// `out/learning.settings`: refuses to mix them with rows of other settings (`cached`: the cache
-/// has rows), and records the settings of a new cache.
-fn check_cached_settings(out: &Path, inference: &InferenceOptions, cached: bool) -> Result<()> {
+/// [`inference_settings`] and the agglomeration's, as one line.
+fn settings_line(args: &LearningOptions) -> String {
+    let mut line = inference_settings(&args.inference);
+    if let Some(a) = &args.agglomerate {
+        line += &format!(
+            ", agglomeration (min contact {}, min coverage {}, reach {:?} (z,y,x))",
+            a.min_contact, a.min_coverage, a.reach
+        );
+    }
+    line
+}
+
+/// The rows cached in `out/learning.csv` were made with the settings recorded in
+/// `out/learning.settings` (`now`, [`settings_line`]): refuses to mix them with rows of other
+/// settings (`cached`: the cache has rows), and records the settings of a new cache.
+fn check_cached_settings(out: &Path, now: &str, cached: bool) -> Result<()> {
     let path = out.join("learning.settings");
-    let now = inference_settings(inference);
     match std::fs::read_to_string(&path) {
         Ok(before) if cached && before.trim() != now => bail!(
             "{}: its rows were made with other inference settings ({}), not {}: use another --out, or remove the folder's learning.csv",
@@ -289,9 +302,14 @@ fn segment_and_score(
     held: &HeldOut,
     net: ConvStack3d,
     trained: Option<crate::TrainingNormalisation>,
-    inference: &InferenceOptions,
+    args: &LearningOptions,
 ) -> Result<LearningRow> {
-    Ok(row_of(&held.segment(net, trained, inference)?))
+    Ok(row_of(&held.segment(
+        net,
+        trained,
+        &args.inference,
+        args.agglomerate.as_ref(),
+    )?))
 }
 
 /// A row of scores (model, step and hours to be filled in).
@@ -387,7 +405,7 @@ fn markdown(rows: &Rows, args: &LearningOptions) -> String {
         xyz(args.offset),
         xyz(args.size),
         args.labels,
-        inference_settings(&args.inference)
+        settings_line(args)
     );
     t.push_str("| model | step | examples | CPU-hours | wall hours | segments | unsegmented | VI split | VI merge | adapted Rand error |\n");
     t.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");

@@ -31,7 +31,7 @@ pub enum Kind {
     Scaling(super::bench_scaling::Args),
     /// How a training run learns: each checkpoint segments a held-out box and is scored against
     /// the ground truth, beside a reference model; a table and a curve against CPU-hours and examples.
-    Learn(super::bench_learn::Args),
+    Learn(Box<super::bench_learn::Args>),
 }
 
 /// Network and timing options shared by `bench train` and `bench forward`.
@@ -84,7 +84,7 @@ pub fn run(args: Args) -> Result<()> {
         Kind::Forward(a) => run_net(&a, false),
         Kind::Comm(a) => super::bench_comm::run(a),
         Kind::Scaling(a) => super::bench_scaling::run(a),
-        Kind::Learn(a) => super::bench_learn::run(a),
+        Kind::Learn(a) => super::bench_learn::run(*a),
     }
 }
 

@@ -54,6 +54,8 @@ pub struct Args {
     /// Probability at which voxels join the segment (google/ffn's default 0.6).
     #[arg(long, default_value_t = 0.6)]
     segment_threshold: f32,
+    #[command(flatten)]
+    agglomerate: crate::args::AgglomerateFlags,
     /// Output folder for learning.csv, learning.md and learning_curve.png.
     #[arg(long)]
     out: PathBuf,
@@ -85,6 +87,7 @@ pub fn run(args: Args) -> Result<()> {
             segment_threshold: args.segment_threshold,
             ..InferenceOptions::default()
         },
+        agglomerate: args.agglomerate.options(),
         out: args.out,
     };
     let report = evaluate_run(&opts, |row| eprintln!("bench learn: {}", row.csv()))?;

@@ -68,6 +68,8 @@ pub struct Args {
     /// set-inference`), else google/ffn's defaults].
     #[command(flatten)]
     thresholds: crate::args::ThresholdFlags,
+    #[command(flatten)]
+    agglomerate: crate::args::AgglomerateFlags,
     /// Seeds closer than this to a segment are skipped, x,y,z [request, else 1,1,1].
     #[arg(long, value_name = "X,Y,Z")]
     min_boundary_dist: Option<String>,
@@ -149,6 +151,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let request = args.request.as_deref().zip(req.as_ref());
     let mut run = resolve_infer(&given, &outputs, request)?;
+    run.options.segment.agglomerate = args.agglomerate.options();
     let (shape, policy) = (run.shape, run.seed_policy.clone());
     if run.net.conv_algorithm() == ffn_core::conv::winograd::ConvAlgorithm::Bf16 {
         eprintln!(
@@ -223,7 +226,9 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         println!(
             "{out_spec}: {} segments covering {:.1}% of {} x {} x {} voxels (x,y,z)",
-            c.segments,
+            seg.agglomeration
+                .as_ref()
+                .map_or(c.segments, |a| a.segments_after),
             100.0 * c.voxels_segmented as f64 / total_voxels,
             shape[2],
             shape[1],
@@ -244,6 +249,17 @@ pub fn run(args: Args) -> Result<()> {
             c.predict_calls as f64 / wall.max(1e-9),
             info_path.display()
         );
+        if let Some(a) = &seg.agglomeration {
+            println!(
+                "  agglomeration: {} of {} tested pairs joined ({} touching), {} segments -> {}, {} predict calls",
+                a.joined_pairs,
+                a.tested_pairs,
+                a.touching_pairs,
+                a.segments_before,
+                a.segments_after,
+                a.predictions
+            );
+        }
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 //!
 //! Coordinates are `[z, y, x]` throughout.
 
+mod agglomerate;
 mod canvas;
 mod image;
 pub mod movement;
@@ -20,6 +21,7 @@ mod segment;
 #[cfg(test)]
 mod tests;
 
+pub use agglomerate::{AgglomerateOptions, AgglomerationSummary, agglomerate};
 pub use canvas::{Canvas, Counters, Origin, SeedOutcome, quantize_probability};
 pub use image::{CanvasImage, normalise};
 pub use movement::FaceMaxPolicy;

@@ -41,6 +41,7 @@ impl LabelOracle {
                 min_boundary_dist: [0; 3],
                 ..Default::default()
             },
+            agglomerate: None,
         }
     }
 }

@@ -6,7 +6,10 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use super::seeds::{GRID_OFFSETS, PeaksOptions, policy_grid, policy_peaks};
-use super::{Canvas, CanvasImage, Counters, InferenceError, InferenceOptions, Origin, Predictor};
+use super::{
+    AgglomerateOptions, AgglomerationSummary, Canvas, CanvasImage, Counters, InferenceError,
+    InferenceOptions, Origin, Predictor, agglomerate,
+};
 
 /// How the seed points of a run are chosen.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,6 +92,9 @@ pub struct SegmentOptions {
     pub seeds: SeedPolicy,
     /// Thresholds of the flood-fill loop.
     pub inference: InferenceOptions,
+    /// Merge the segments the network joins where they touch, after the flood fill
+    /// ([`agglomerate`]); `None` keeps the flood fill's segments.
+    pub agglomerate: Option<AgglomerateOptions>,
 }
 
 /// A segmented volume and how it came about.
@@ -106,8 +112,11 @@ pub struct Segmentation {
     pub seeds: Vec<[usize; 3]>,
     /// How every segment was created, in id order.
     pub origins: Vec<Origin>,
-    /// Counters of the run.
+    /// Counters of the run (of the flood fill: `segments` counts the segments before
+    /// agglomeration).
     pub counters: Counters,
+    /// What agglomeration did, when it ran.
+    pub agglomeration: Option<AgglomerationSummary>,
 }
 
 /// Segments an `image` of `shape` (`[z][y][x]` flattened; normalised voxels, or raw 8-bit ones
@@ -147,12 +156,26 @@ pub fn segment<'a, P: Predictor + ?Sized>(
     let probability = canvas.probability_map().map(<[u8]>::to_vec);
     let origins = canvas.origins().to_vec();
     let counters = canvas.counters().clone();
+    let mut labels = canvas.into_segmentation();
+    let agglomeration = match &options.agglomerate {
+        Some(a) => Some(agglomerate(
+            image,
+            shape,
+            &mut labels,
+            predictor,
+            options.deltas,
+            &options.inference,
+            a,
+        )?),
+        None => None,
+    };
     Ok(Segmentation {
         shape,
-        labels: canvas.into_segmentation(),
+        labels,
         probability,
         seeds,
         origins,
         counters,
+        agglomeration,
     })
 }

@@ -52,12 +52,16 @@ impl InferReport {
             "seed_policy": run.seed_policy,
             "seeds": done.seeds.len(),
             "seed_policy_s": done.seed_seconds,
-            "segments": c.segments,
+            "segments": seg.agglomeration.as_ref().map_or(c.segments, |a| a.segments_after),
             "voxels_segmented_fraction": c.voxels_segmented as f64 / total_voxels,
             "predict_calls": c.predict_calls,
             "wall_time_s": wall,
             "predict_calls_per_s": c.predict_calls as f64 / wall.max(1e-9),
             "counters": counters_json(c),
+            "agglomeration": seg.agglomeration.as_ref().map(|a| json!({
+                "touching_pairs": a.touching_pairs, "tested_pairs": a.tested_pairs,
+                "joined_pairs": a.joined_pairs, "segments_before": a.segments_before,
+                "segments_after": a.segments_after, "predict_calls": a.predictions})),
             "ignored_request_fields": run.ignored_request_fields,
         });
         Self { summary, origins }

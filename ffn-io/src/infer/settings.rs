@@ -269,6 +269,7 @@ pub fn resolve_infer(
             deltas: cfg.deltas,
             seeds,
             inference: opts,
+            agglomerate: None,
         },
         seeds_out: outputs.seeds_out.clone(),
         seeds_only: outputs.seeds_only,

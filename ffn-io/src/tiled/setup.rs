@@ -198,6 +198,7 @@ impl TiledSettings {
                     },
                 },
                 inference,
+                agglomerate: None,
             },
             merge: self.merge,
             predictor: predictor_desc,
