@@ -290,14 +290,16 @@ pub fn agglomerate<'a, P: Predictor + ?Sized>(
     inference.validate().map_err(InferenceError::Options)?;
     let fov = predictor.fov();
     let margin = fov.map(|f| f / 2);
-    let max_id = labels.iter().copied().max().unwrap_or(0);
+    // Union-find over the distinct ids (not 0..=max id: ids may be anything up to u32::MAX).
+    let ids = distinct_ids(labels);
+    let index = |id: u32| ids.binary_search(&id).expect("an id of the labels");
     let mut summary = AgglomerationSummary {
-        segments_before: count_ids(labels),
+        segments_before: ids.len() as u64,
         ..Default::default()
     };
     let pairs = contacts(labels, shape);
     summary.touching_pairs = pairs.len() as u64;
-    let mut sets = UnionFind::new(max_id as usize + 1);
+    let mut sets = UnionFind::new(ids.len());
     for (&(a, b), c) in pairs.iter().filter(|(_, c)| c.faces >= options.min_contact) {
         let middle: [usize; 3] = core::array::from_fn(|k| (c.sum[k] / (2 * c.faces)) as usize);
         // The box: the contact's middle +- (half the FOV + reach), moved inside the volume.
@@ -332,21 +334,22 @@ pub fn agglomerate<'a, P: Predictor + ?Sized>(
             continue;
         }
         summary.joined_pairs += 1;
-        sets.union(a as usize, b as usize);
+        sets.union(index(a), index(b));
     }
-    for l in labels.iter_mut() {
-        *l = sets.min_member(*l as usize) as u32;
+    // The sorted ids make a set's smallest index its smallest id.
+    for l in labels.iter_mut().filter(|l| **l != 0) {
+        *l = ids[sets.min_member(index(*l))];
     }
-    summary.segments_after = count_ids(labels);
+    summary.segments_after = distinct_ids(labels).len() as u64;
     Ok(summary)
 }
 
-/// Distinct non-zero ids.
-fn count_ids(labels: &[u32]) -> u64 {
+/// The distinct non-zero ids, sorted.
+fn distinct_ids(labels: &[u32]) -> Vec<u32> {
     let mut ids: Vec<u32> = labels.iter().copied().filter(|&l| l != 0).collect();
     ids.sort_unstable();
     ids.dedup();
-    ids.len() as u64
+    ids
 }
 
 #[cfg(test)]
@@ -405,6 +408,34 @@ mod tests {
         for (i, &l) in labels.iter().enumerate() {
             assert_eq!(l, if i % 18 < 9 { 1 } else { 3 }, "voxel {i}");
         }
+    }
+
+    #[test]
+    fn ids_up_to_u32_max_are_merged_without_a_table_of_that_size() {
+        let shape = [9, 9, 18];
+        let image = vec![1.0f32; 9 * 9 * 18];
+        let (low, high) = (u32::MAX - 1, u32::MAX);
+        let mut labels: Vec<u32> = (0..9 * 9 * 18)
+            .map(|i| if i % 18 < 9 { high } else { low })
+            .collect();
+        let inference = LabelOracle::exhaustive_options().inference;
+        let options = AgglomerateOptions {
+            reach: [2; 3],
+            ..Default::default()
+        };
+        let mut oracle = LabelOracle { fov: [5, 5, 5] };
+        let done = agglomerate(
+            &image,
+            shape,
+            &mut labels,
+            &mut oracle,
+            [1; 3],
+            &inference,
+            &options,
+        )
+        .unwrap();
+        assert_eq!((done.joined_pairs, done.segments_after), (1, 1));
+        assert!(labels.iter().all(|&l| l == low));
     }
 
     #[test]
