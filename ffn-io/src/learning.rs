@@ -518,6 +518,41 @@ mod tests {
     }
 
     #[test]
+    fn a_cache_of_rows_without_agglomeration_refuses_rows_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = LearningOptions {
+            run: dir.path().join("run"),
+            image: VolumeSpec::new(dir.path().join("v.h5"), "image"),
+            labels: VolumeSpec::new(dir.path().join("v.h5"), "labels"),
+            offset: [0; 3],
+            size: [8; 3],
+            reference: None,
+            reference_segmentation: None,
+            context: 0,
+            heldout_z: 0,
+            every: 1,
+            inference: InferenceOptions::default(),
+            agglomerate: None,
+            out: dir.path().to_path_buf(),
+        };
+        let plain = settings_line(&args);
+        assert!(!plain.contains("agglomeration"), "{plain}");
+        check_cached_settings(&args.out, &plain, false).unwrap();
+        args.agglomerate = Some(AgglomerateOptions {
+            min_contact: 50,
+            ..Default::default()
+        });
+        let merged = settings_line(&args);
+        assert!(
+            merged.contains("agglomeration (min contact 50, min coverage 0.5"),
+            "{merged}"
+        );
+        let e = check_cached_settings(&args.out, &merged, true).unwrap_err();
+        assert!(e.to_string().contains("other inference settings"), "{e}");
+        check_cached_settings(&args.out, &plain, true).unwrap();
+    }
+
+    #[test]
     fn wall_hours_come_from_the_log_columns() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("train_log.csv");
