@@ -357,6 +357,41 @@ mod tests {
     use super::*;
     use crate::inference::LabelOracle;
 
+    /// The volume of these tests, `[z, y, x]`: x runs 0..18.
+    const SHAPE: [usize; 3] = [9, 9, 18];
+
+    /// A volume of `SHAPE` whose voxel at x holds `at(x)`.
+    fn along_x<T>(at: impl Fn(usize) -> T) -> Vec<T> {
+        (0..9 * 9 * 18).map(|i| at(i % 18)).collect()
+    }
+
+    /// [`agglomerate`] of `labels` over `image` with the label oracle (FOV 5, moves of 1, its
+    /// exhaustive options) and `options` (reach 2 where the caller does not say otherwise).
+    fn run(
+        image: &[f32],
+        labels: &mut [u32],
+        options: &AgglomerateOptions,
+    ) -> Result<AgglomerationSummary, InferenceError> {
+        let inference = LabelOracle::exhaustive_options().inference;
+        let mut oracle = LabelOracle { fov: [5, 5, 5] };
+        agglomerate(
+            image,
+            SHAPE,
+            labels,
+            &mut oracle,
+            [1; 3],
+            &inference,
+            options,
+        )
+    }
+
+    fn reach_2() -> AgglomerateOptions {
+        AgglomerateOptions {
+            reach: [2; 3],
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn contacts_count_faces_between_touching_ids() {
         // 1 | 2 along x in a 2 x 2 x 4 volume: 4 faces; 0 touches nothing.
@@ -373,33 +408,13 @@ mod tests {
     #[test]
     fn a_split_object_is_joined_and_a_true_boundary_kept() {
         // Two objects of the image (x < 9, x >= 9); the labels split the first at x = 4.
-        let shape = [9, 9, 18];
-        let image: Vec<f32> = (0..9 * 9 * 18)
-            .map(|i| if i % 18 < 9 { 1.0 } else { 2.0 })
-            .collect();
-        let mut labels: Vec<u32> = (0..9 * 9 * 18)
-            .map(|i| match i % 18 {
-                0..4 => 1,
-                4..9 => 2,
-                _ => 3,
-            })
-            .collect();
-        let inference = LabelOracle::exhaustive_options().inference;
-        let options = AgglomerateOptions {
-            reach: [2; 3],
-            ..Default::default()
-        };
-        let mut oracle = LabelOracle { fov: [5, 5, 5] };
-        let done = agglomerate(
-            &image,
-            shape,
-            &mut labels,
-            &mut oracle,
-            [1; 3],
-            &inference,
-            &options,
-        )
-        .unwrap();
+        let image = along_x(|x| if x < 9 { 1.0 } else { 2.0 });
+        let mut labels = along_x(|x| match x {
+            0..4 => 1,
+            4..9 => 2,
+            _ => 3,
+        });
+        let done = run(&image, &mut labels, &reach_2()).unwrap();
         assert_eq!(done.touching_pairs, 2);
         assert_eq!(done.tested_pairs, 2);
         assert_eq!(done.joined_pairs, 1);
@@ -412,83 +427,32 @@ mod tests {
 
     #[test]
     fn ids_up_to_u32_max_are_merged_without_a_table_of_that_size() {
-        let shape = [9, 9, 18];
-        let image = vec![1.0f32; 9 * 9 * 18];
+        let image = along_x(|_| 1.0f32);
         let (low, high) = (u32::MAX - 1, u32::MAX);
-        let mut labels: Vec<u32> = (0..9 * 9 * 18)
-            .map(|i| if i % 18 < 9 { high } else { low })
-            .collect();
-        let inference = LabelOracle::exhaustive_options().inference;
-        let options = AgglomerateOptions {
-            reach: [2; 3],
-            ..Default::default()
-        };
-        let mut oracle = LabelOracle { fov: [5, 5, 5] };
-        let done = agglomerate(
-            &image,
-            shape,
-            &mut labels,
-            &mut oracle,
-            [1; 3],
-            &inference,
-            &options,
-        )
-        .unwrap();
+        let mut labels = along_x(|x| if x < 9 { high } else { low });
+        let done = run(&image, &mut labels, &reach_2()).unwrap();
         assert_eq!((done.joined_pairs, done.segments_after), (1, 1));
         assert!(labels.iter().all(|&l| l == low));
     }
 
     #[test]
     fn small_contacts_are_not_tested_and_bad_options_are_named() {
-        let shape = [9, 9, 18];
-        let image = vec![1.0f32; 9 * 9 * 18];
-        let mut labels: Vec<u32> = (0..9 * 9 * 18)
-            .map(|i| 1 + u32::from(i % 18 >= 9))
-            .collect();
-        let inference = LabelOracle::exhaustive_options().inference;
-        let mut oracle = LabelOracle { fov: [5, 5, 5] };
+        let image = along_x(|_| 1.0f32);
+        let mut labels = along_x(|x| 1 + u32::from(x >= 9));
         // The contact has 81 faces.
         let options = AgglomerateOptions {
             min_contact: 82,
-            reach: [2; 3],
-            ..Default::default()
+            ..reach_2()
         };
-        let done = agglomerate(
-            &image,
-            shape,
-            &mut labels,
-            &mut oracle,
-            [1; 3],
-            &inference,
-            &options,
-        )
-        .unwrap();
+        let done = run(&image, &mut labels, &options).unwrap();
         assert_eq!((done.tested_pairs, done.segments_after), (0, 2));
         let bad = AgglomerateOptions {
             min_coverage: 0.0,
             ..options
         };
-        let e = agglomerate(
-            &image,
-            shape,
-            &mut labels,
-            &mut oracle,
-            [1; 3],
-            &inference,
-            &bad,
-        )
-        .unwrap_err();
+        let e = run(&image, &mut labels, &bad).unwrap_err();
         assert!(e.to_string().contains("min_coverage"), "{e}");
-        let e = agglomerate(
-            &image[1..],
-            shape,
-            &mut labels,
-            &mut oracle,
-            [1; 3],
-            &inference,
-            &options,
-        )
-        .unwrap_err();
+        let e = run(&image[1..], &mut labels, &options).unwrap_err();
         assert!(e.to_string().contains("image"), "{e}");
     }
 }
