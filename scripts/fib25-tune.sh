@@ -5,8 +5,12 @@
 # setting's adapted Rand error per box and their mean: the way to choose the settings that
 # `ffn set-inference` records with the model.
 #
-#   bash scripts/fib25-tune.sh MODEL OUT_DIR "MIN_SIZE SEGMENT_THRESHOLD MOVE_THRESHOLD" ...
+#   bash scripts/fib25-tune.sh MODEL OUT_DIR "MIN_SIZE SEGMENT_THRESHOLD MOVE_THRESHOLD [COVERAGE MIN_CONTACT]" ...
 #   bash scripts/fib25-tune.sh models/ffn-rs-fib25/model.safetensors runs/tune "1000 0.6 0.9" "100 0.5 0.9"
+#   bash scripts/fib25-tune.sh models/ffn-rs-fib25/model.safetensors runs/tune "100 0.2 0.9 0.7 20"
+#
+# COVERAGE and MIN_CONTACT, when given, turn on agglomeration (`--agglomerate-coverage`,
+# `--agglomerate-min-contact`).
 #
 # Results are cached in OUT_DIR (a setting already scored is not run again); the full 250^3 volume
 # is made once in runs/eval/full.h5.
@@ -29,18 +33,24 @@ fi
 mkdir -p "$out/model/checkpoints"
 cp "$model" "$ckpt"
 boxes=(20,150,160 20,30,160 140,150,160)
-echo "min_size segment_threshold move_threshold ${boxes[*]} mean"
+echo "min_size segment_threshold move_threshold [coverage min_contact] ${boxes[*]} mean"
 for setting in "$@"; do
-  read -r size segment move <<<"$setting"
+  read -r size segment move coverage contact <<<"$setting"
+  name="ms$size-st$segment-mt$move"
+  agglomerate=()
+  if [ -n "${coverage:-}" ]; then
+    name="$name-ac$coverage-mc${contact:?give COVERAGE and MIN_CONTACT together}"
+    agglomerate=(--agglomerate --agglomerate-coverage "$coverage" --agglomerate-min-contact "$contact")
+  fi
   scores=()
   for box in "${boxes[@]}"; do
-    dir="$out/ms$size-st$segment-mt$move/$box"
+    dir="$out/$name/$box"
     "$ffn" bench learn --run "$out/model" --image "$full:image" --labels "$full:labels" \
       --offset "$box" --size 80,80,80 --heldout-z 150 --context 24 --min-segment-size "$size" \
-      --segment-threshold "$segment" --move-threshold "$move" --out "$dir" 2>&1 >/dev/null |
+      --segment-threshold "$segment" --move-threshold "$move" "${agglomerate[@]}" --out "$dir" 2>&1 >/dev/null |
       { grep -v '^bench learn: ' >&2 || true; }
     # learning.csv: model,step,...,adapted_rand_error (10th field).
     scores+=("$(awk -F, '$1 == "ffn-rs" {print $10}' "$dir/learning.csv" | tail -1)")
   done
-  echo "$size $segment $move ${scores[*]} $(echo "${scores[*]}" | awk '{printf "%.4f", ($1 + $2 + $3) / 3}')"
+  echo "$setting ${scores[*]} $(echo "${scores[*]}" | awk '{printf "%.4f", ($1 + $2 + $3) / 3}')"
 done

@@ -251,10 +251,11 @@ pub fn run(args: Args) -> Result<()> {
         );
         if let Some(a) = &seg.agglomeration {
             println!(
-                "  agglomeration: {} of {} tested pairs joined ({} touching), {} segments -> {}, {} predict calls",
+                "  agglomeration: {} of {} tested pairs joined ({} touching, {} already joined through others), {} segments -> {}, {} predict calls",
                 a.joined_pairs,
                 a.tested_pairs,
                 a.touching_pairs,
+                a.already_joined_pairs,
                 a.segments_before,
                 a.segments_after,
                 a.predictions

@@ -11,7 +11,8 @@
 //! their set.
 //!
 //! Every pair is tested against the segmentation as the flood fill left it, so the result does
-//! not depend on the order of the pairs.
+//! not depend on the order of the pairs. A pair that earlier merges have already joined (through
+//! a third segment) is skipped: its test could not change the result.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -62,8 +63,12 @@ impl AgglomerateOptions {
 pub struct AgglomerationSummary {
     /// Pairs of touching segments found.
     pub touching_pairs: u64,
-    /// Pairs tested (contact at least `min_contact` faces, a box that holds the FOV).
+    /// Pairs tested (contact at least `min_contact` faces, a box that holds the FOV, not already
+    /// joined through other pairs).
     pub tested_pairs: u64,
+    /// Pairs not tested because merges of other pairs had already joined them: testing them could
+    /// not change the result.
+    pub already_joined_pairs: u64,
     /// Pairs both floods joined.
     pub joined_pairs: u64,
     /// Segments before.
@@ -301,6 +306,10 @@ pub fn agglomerate<'a, P: Predictor + ?Sized>(
     summary.touching_pairs = pairs.len() as u64;
     let mut sets = UnionFind::new(ids.len());
     for (&(a, b), c) in pairs.iter().filter(|(_, c)| c.faces >= options.min_contact) {
+        if sets.find(index(a)) == sets.find(index(b)) {
+            summary.already_joined_pairs += 1;
+            continue;
+        }
         let middle: [usize; 3] = core::array::from_fn(|k| (c.sum[k] / (2 * c.faces)) as usize);
         // The box: the contact's middle +- (half the FOV + reach), moved inside the volume.
         let size: [usize; 3] =
@@ -423,6 +432,25 @@ mod tests {
         for (i, &l) in labels.iter().enumerate() {
             assert_eq!(l, if i % 18 < 9 { 1 } else { 3 }, "voxel {i}");
         }
+    }
+
+    #[test]
+    fn a_pair_already_joined_through_a_third_segment_is_not_flooded_again() {
+        // One object in three segments that all touch: 1 (x < 9), 2 (x >= 9, y < 5), 3 (the
+        // rest). (1, 2) and (1, 3) join first, so (2, 3) needs no floods.
+        let image = along_x(|_| 1.0f32);
+        let mut labels: Vec<u32> = (0..9 * 9 * 18)
+            .map(|i| match (i % 18, i / 18 % 9) {
+                (0..9, _) => 1,
+                (_, 0..5) => 2,
+                _ => 3,
+            })
+            .collect();
+        let done = run(&image, &mut labels, &reach_2()).unwrap();
+        assert_eq!(done.touching_pairs, 3);
+        assert_eq!((done.tested_pairs, done.already_joined_pairs), (2, 1));
+        assert_eq!((done.joined_pairs, done.segments_after), (2, 1));
+        assert!(labels.iter().all(|&l| l == 1));
     }
 
     #[test]

@@ -60,6 +60,7 @@ impl InferReport {
             "counters": counters_json(c),
             "agglomeration": seg.agglomeration.as_ref().map(|a| json!({
                 "touching_pairs": a.touching_pairs, "tested_pairs": a.tested_pairs,
+                "already_joined_pairs": a.already_joined_pairs,
                 "joined_pairs": a.joined_pairs, "segments_before": a.segments_before,
                 "segments_after": a.segments_after, "predict_calls": a.predictions})),
             "ignored_request_fields": run.ignored_request_fields,
