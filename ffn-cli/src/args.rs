@@ -55,6 +55,11 @@ pub(crate) fn parse_conv_algorithm(
     })
 }
 
+/// Parses `--symmetries` for clap.
+pub(crate) fn parse_symmetries(text: &str) -> Result<ffn_core::inference::Symmetries, String> {
+    ffn_core::inference::Symmetries::parse(text)
+}
+
 /// Parses `--simd` (`portable`, `avx2` or `avx512`) for clap.
 pub(crate) fn parse_simd(name: &str) -> Result<ffn_core::conv::Simd, String> {
     ffn_core::conv::Simd::from_name(name)
@@ -116,7 +121,7 @@ mod tests {
     }
 }
 
-/// The flood-fill thresholds that a model can record (`ffn set-inference`) and that `ffn infer` and
+/// The flood-fill settings that a model can record (`ffn set-inference`) and that `ffn infer` and
 /// `ffn infer-tiled` take, each unset unless given.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct ThresholdFlags {
@@ -130,6 +135,11 @@ pub struct ThresholdFlags {
     /// Smallest segment kept, voxels (google/ffn's default 1000).
     #[arg(long)]
     pub min_segment_size: Option<usize>,
+    /// Test-time augmentation: average the predictions of the FOV under these symmetries, `all`
+    /// (16 predictions per call), or a comma-separated list of `flip-z`, `flip-y`, `flip-x`,
+    /// `swap-xy` (2 to the number of them), or `none` (one prediction, google/ffn's way).
+    #[arg(long, value_parser = parse_symmetries)]
+    pub symmetries: Option<ffn_core::inference::Symmetries>,
 }
 
 impl ThresholdFlags {
@@ -139,6 +149,7 @@ impl ThresholdFlags {
             move_threshold: self.move_threshold,
             segment_threshold: self.segment_threshold,
             min_segment_size: self.min_segment_size,
+            symmetries: self.symmetries,
             chosen_on: None,
         }
     }

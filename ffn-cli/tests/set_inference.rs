@@ -71,24 +71,31 @@ fn infer(dir: &Path, model: &str, image: &str, extra: &[&str]) -> (Value, String
     (summary, stderr(&o))
 }
 
+/// `ffn set-inference` of `plain` with `settings`, written to `tuned.safetensors` in `dir`: its
+/// path and output (checked to have succeeded).
+fn record(dir: &Path, plain: &str, settings: &[&str]) -> (String, Output) {
+    let tuned = dir.join("tuned.safetensors").display().to_string();
+    let mut args = vec!["set-inference", plain];
+    args.extend(settings);
+    args.extend(["--out", &tuned]);
+    let o = ffn(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    (tuned, o)
+}
+
 #[test]
 fn recorded_settings_are_used_by_infer_and_flags_win() {
     let dir = tempfile::tempdir().unwrap();
     let (plain, image) = model_and_image(dir.path());
-    let tuned = dir.path().join("tuned.safetensors").display().to_string();
-    let o = ffn(&[
-        "set-inference",
-        &plain,
+    let settings = [
         "--segment-threshold",
         "0.5",
         "--min-segment-size",
         "3",
         "--chosen-on",
         "a test",
-        "--out",
-        &tuned,
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    ];
+    let (tuned, o) = record(dir.path(), &plain, &settings);
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("segment threshold 0.5, min segment size 3"),
         "{}",
@@ -138,6 +145,39 @@ fn recorded_settings_are_used_by_infer_and_flags_win() {
         "google/ffn's default"
     );
     assert_eq!(s["model_inference_defaults"], Value::Null);
+    assert_eq!(s["options"]["symmetries"], "none");
+}
+
+#[test]
+fn recorded_symmetries_are_used_by_infer_and_the_flag_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, image) = model_and_image(dir.path());
+    let (tuned, _) = record(dir.path(), &plain, &["--symmetries", "flip-x,flip-y"]);
+    let (s, err) = infer(dir.path(), &tuned, &image, &[]);
+    assert!(
+        err.contains("predictions averaged over symmetries flip-y,flip-x"),
+        "{err}"
+    );
+    assert_eq!(s["options"]["symmetries"], "flip-y,flip-x");
+    assert_eq!(s["model_inference_defaults"]["symmetries"], "flip-y,flip-x");
+    let (s, _) = infer(dir.path(), &tuned, &image, &["--symmetries", "none"]);
+    assert_eq!(s["options"]["symmetries"], "none", "the flag wins");
+    let o = ffn(&[
+        "infer",
+        "--image",
+        &image,
+        "--checkpoint",
+        &plain,
+        "--out",
+        "x.h5:seg",
+        "--symmetries",
+        "flip-x,mirror",
+    ]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("unknown symmetry \"mirror\""),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Inference settings that travel with a model: the move threshold, segment threshold and minimum
-//! segment size chosen for it (for example by scoring segmentations of boxes with ground truth),
+//! Inference settings that travel with a model: the move threshold, segment threshold, minimum
+//! segment size and test-time symmetries chosen for it (for example by scoring segmentations of boxes with ground truth),
 //! recorded under `inference_defaults` in an ffn-rs checkpoint's training configuration.
 //!
 //! `ffn infer`, `ffn infer-tiled` and `ffn demo` start from them instead of google/ffn's defaults
@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use ffn_core::inference::InferenceOptions;
+use ffn_core::inference::{InferenceOptions, Symmetries};
 use serde_json::{Map, Value, json};
 
 use crate::checkpoint::{Checkpoint, load_checkpoint, save_checkpoint};
@@ -30,6 +30,8 @@ pub struct InferenceDefaults {
     pub segment_threshold: Option<f32>,
     /// Smallest segment kept (voxels).
     pub min_segment_size: Option<usize>,
+    /// The symmetries whose predictions are averaged (test-time augmentation).
+    pub symmetries: Option<Symmetries>,
     /// How the settings were chosen (free text, e.g. the boxes they were scored on).
     pub chosen_on: Option<String>,
 }
@@ -40,6 +42,7 @@ impl InferenceDefaults {
         self.move_threshold.is_none()
             && self.segment_threshold.is_none()
             && self.min_segment_size.is_none()
+            && self.symmetries.is_none()
     }
 
     /// Sets the recorded fields of `options`, leaving the others.
@@ -52,6 +55,9 @@ impl InferenceDefaults {
         }
         if let Some(v) = self.min_segment_size {
             options.min_segment_size = v;
+        }
+        if let Some(v) = self.symmetries {
+            options.symmetries = v;
         }
     }
 
@@ -80,6 +86,9 @@ impl InferenceDefaults {
         if let Some(v) = self.min_segment_size {
             map.insert("min_segment_size".into(), json!(v));
         }
+        if let Some(v) = self.symmetries {
+            map.insert("symmetries".into(), json!(v.to_string()));
+        }
         if let Some(v) = &self.chosen_on {
             map.insert("chosen_on".into(), json!(v));
         }
@@ -98,6 +107,9 @@ impl fmt::Display for InferenceDefaults {
         }
         if let Some(v) = self.min_segment_size {
             parts.push(format!("min segment size {v}"));
+        }
+        if let Some(v) = self.symmetries {
+            parts.push(format!("predictions averaged over symmetries {v}"));
         }
         write!(f, "{}", parts.join(", "))
     }
@@ -135,13 +147,19 @@ pub fn read(path: &Path, training_config: &Value) -> Result<Option<InferenceDefa
                     .ok_or_else(|| bad(&field, "a whole number of voxels", v))?;
                 d.min_segment_size = Some(n);
             }
+            "symmetries" => {
+                let text = v.as_str().ok_or_else(|| bad(&field, "text", v))?;
+                let s = Symmetries::parse(text).map_err(|e| bad(&field, &e, v))?;
+                d.symmetries = Some(s);
+            }
             "chosen_on" => {
                 d.chosen_on = Some(v.as_str().ok_or_else(|| bad(&field, "text", v))?.into());
             }
             _ => {
                 return Err(bad(
                     "",
-                    "only move_threshold, segment_threshold, min_segment_size and chosen_on",
+                    "only move_threshold, segment_threshold, min_segment_size, symmetries and \
+                     chosen_on",
                     &json!(k),
                 ));
             }
@@ -175,7 +193,8 @@ pub fn with_defaults(opts: &RecordOptions) -> Result<Checkpoint> {
     }
     if opts.defaults.is_empty() {
         bail!(
-            "no settings to record: give a move threshold, segment threshold or min segment size"
+            "no settings to record: give a move threshold, segment threshold, min segment size \
+             or symmetries"
         );
     }
     opts.defaults
@@ -211,6 +230,7 @@ mod tests {
         let d = InferenceDefaults {
             segment_threshold: Some(0.5),
             min_segment_size: Some(100),
+            symmetries: Some(Symmetries::parse("flip-x,swap-xy").unwrap()),
             chosen_on: Some("three boxes".into()),
             ..Default::default()
         };
@@ -222,9 +242,11 @@ mod tests {
             (o.move_threshold, o.segment_threshold, o.min_segment_size),
             (0.9, 0.5, 100)
         );
+        assert_eq!(o.symmetries.count(), 4);
         assert_eq!(
             back.to_string(),
-            "segment threshold 0.5, min segment size 100"
+            "segment threshold 0.5, min segment size 100, predictions averaged over symmetries \
+             flip-x,swap-xy"
         );
         assert_eq!(read(p(), &json!({ "config": {} })).unwrap(), None);
     }
@@ -250,9 +272,13 @@ mod tests {
                  1, found 1.5",
             ),
             (
+                json!({ "symmetries": "flip-w" }),
+                "inference_defaults.symmetries: expected unknown symmetry \"flip-w\"",
+            ),
+            (
                 json!({ "speed": 2 }),
                 "inference_defaults: expected only move_threshold, segment_threshold, \
-                 min_segment_size and chosen_on, found \"speed\"",
+                 min_segment_size, symmetries and chosen_on, found \"speed\"",
             ),
         ];
         for (record, expected) in cases {

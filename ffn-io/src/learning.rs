@@ -270,6 +270,9 @@ fn inference_settings(o: &InferenceOptions) -> String {
 /// [`inference_settings`] and the agglomeration's, as one line.
 fn settings_line(args: &LearningOptions) -> String {
     let mut line = inference_settings(&args.inference);
+    if !args.inference.symmetries.is_identity() {
+        line += &format!(", predictions averaged over {}", args.inference.symmetries);
+    }
     if let Some(a) = &args.agglomerate {
         line += &format!(
             ", agglomeration (min contact {}, min coverage {}, reach {:?} (z,y,x))",
@@ -518,7 +521,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_of_rows_without_agglomeration_refuses_rows_with_it() {
+    fn a_cache_refuses_rows_of_other_agglomeration_or_symmetries() {
         let dir = tempfile::tempdir().unwrap();
         let mut args = LearningOptions {
             run: dir.path().join("run"),
@@ -550,6 +553,15 @@ mod tests {
         let e = check_cached_settings(&args.out, &merged, true).unwrap_err();
         assert!(e.to_string().contains("other inference settings"), "{e}");
         check_cached_settings(&args.out, &plain, true).unwrap();
+        // Test-time symmetries change the segmentation too.
+        args.agglomerate = None;
+        args.inference.symmetries = ffn_core::inference::Symmetries::ALL;
+        let averaged = settings_line(&args);
+        assert!(
+            averaged.ends_with(", predictions averaged over flip-z,flip-y,flip-x,swap-xy"),
+            "{averaged}"
+        );
+        assert!(check_cached_settings(&args.out, &averaged, true).is_err());
     }
 
     #[test]

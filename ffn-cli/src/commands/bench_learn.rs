@@ -54,6 +54,10 @@ pub struct Args {
     /// Probability at which voxels join the segment (google/ffn's default 0.6).
     #[arg(long, default_value_t = 0.6)]
     segment_threshold: f32,
+    /// Test-time augmentation: average the predictions over these symmetries (`none`, `all`, or
+    /// a list of `flip-z`, `flip-y`, `flip-x`, `swap-xy`; see `ffn infer`).
+    #[arg(long, default_value = "none", value_parser = crate::args::parse_symmetries)]
+    symmetries: ffn_core::inference::Symmetries,
     #[command(flatten)]
     agglomerate: crate::args::AgglomerateFlags,
     /// Output folder for learning.csv, learning.md and learning_curve.png.
@@ -85,6 +89,7 @@ pub fn run(args: Args) -> Result<()> {
             min_segment_size: args.min_segment_size,
             move_threshold: args.move_threshold,
             segment_threshold: args.segment_threshold,
+            symmetries: args.symmetries,
             ..InferenceOptions::default()
         },
         agglomerate: args.agglomerate.options(),

@@ -139,6 +139,7 @@ pub fn run(args: Args) -> Result<()> {
         move_threshold: args.thresholds.move_threshold,
         segment_threshold: args.thresholds.segment_threshold,
         min_segment_size: args.thresholds.min_segment_size,
+        symmetries: args.thresholds.symmetries,
         min_boundary_dist: args.min_boundary_dist,
         no_disco: args.no_disco,
         conv: args.conv,

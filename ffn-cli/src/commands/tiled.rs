@@ -142,6 +142,7 @@ pub fn run(args: Args) -> Result<()> {
         min_segment_size: args.thresholds.min_segment_size,
         move_threshold: args.thresholds.move_threshold,
         segment_threshold: args.thresholds.segment_threshold,
+        symmetries: args.thresholds.symmetries,
         min_boundary_dist: args.min_boundary_dist,
         merge: MergeRule {
             min_overlap: args.min_overlap,

@@ -17,6 +17,7 @@ pub mod options;
 mod oracle;
 pub mod seeds;
 mod segment;
+mod symmetry;
 
 #[cfg(test)]
 mod tests;
@@ -28,6 +29,7 @@ pub use movement::FaceMaxPolicy;
 pub use options::{InferenceOptions, Logits, logit, sigmoid};
 pub use oracle::LabelOracle;
 pub use segment::{SeedPolicy, SegmentOptions, Segmentation, segment};
+pub use symmetry::{SymmetricPredictor, Symmetries};
 
 use alloc::string::String;
 use core::fmt;

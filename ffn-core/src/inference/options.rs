@@ -23,6 +23,9 @@ pub struct InferenceOptions {
     pub disco_seed_threshold: f32,
     /// Keep a quantised probability map of the accepted segments (default false).
     pub keep_probability_map: bool,
+    /// Test-time augmentation: average the predictions of the FOV reflected and swapped so
+    /// (default none: one prediction per call, as google/ffn). Not a google/ffn option.
+    pub symmetries: super::Symmetries,
 }
 
 impl Default for InferenceOptions {
@@ -36,6 +39,7 @@ impl Default for InferenceOptions {
             min_boundary_dist: [1, 1, 1],
             disco_seed_threshold: 0.0,
             keep_probability_map: false,
+            symmetries: super::Symmetries::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 use super::seeds::{GRID_OFFSETS, PeaksOptions, policy_grid, policy_peaks};
 use super::{
     AgglomerateOptions, AgglomerationSummary, Canvas, CanvasImage, Counters, InferenceError,
-    InferenceOptions, Origin, Predictor, agglomerate,
+    InferenceOptions, Origin, Predictor, SymmetricPredictor, agglomerate,
 };
 
 /// How the seed points of a run are chosen.
@@ -123,6 +123,8 @@ pub struct Segmentation {
 /// with their normalisation: a [`CanvasImage`]) with `predictor`, starting at
 /// the seeds of `options.seeds`. `clock` returns seconds from any origin (`&|| 0.0` without one)
 /// and times each segment; `on_progress` is called after every prediction and every seed.
+/// With `options.inference.symmetries` chosen, every prediction (of the flood fill and of
+/// agglomeration) is the mean over them ([`SymmetricPredictor`]).
 ///
 /// # Examples
 /// ```
@@ -145,6 +147,7 @@ pub fn segment<'a, P: Predictor + ?Sized>(
 ) -> Result<Segmentation, InferenceError> {
     let image = image.into();
     let seeds = options.seeds.seeds(image, shape)?;
+    let predictor = &mut SymmetricPredictor::new(predictor, options.inference.symmetries)?;
     let mut canvas = Canvas::new(
         image,
         shape,

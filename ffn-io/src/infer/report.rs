@@ -119,7 +119,8 @@ pub fn counters_json(c: &Counters) -> Value {
     })
 }
 
-/// The flood-fill thresholds as a JSON object (`min_boundary_dist` as x,y,z).
+/// The flood-fill options as a JSON object (`min_boundary_dist` as x,y,z; `symmetries` as
+/// `ffn infer --symmetries` writes them).
 pub fn options_json(o: &InferenceOptions) -> Value {
     json!({
         "init_activation": o.init_activation,
@@ -129,5 +130,6 @@ pub fn options_json(o: &InferenceOptions) -> Value {
         "min_segment_size": o.min_segment_size,
         "min_boundary_dist_xyz": [o.min_boundary_dist[2], o.min_boundary_dist[1], o.min_boundary_dist[0]],
         "disco_seed_threshold": o.disco_seed_threshold,
+        "symmetries": o.symmetries.to_string(),
     })
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use ffn_core::conv::winograd::ConvAlgorithm;
 use ffn_core::inference::seeds::PeaksOptions;
-use ffn_core::inference::{SeedPolicy, SegmentOptions};
+use ffn_core::inference::{SeedPolicy, SegmentOptions, Symmetries};
 use ffn_core::model_spec::ModelConfig;
 use ffn_core::network::ConvStack3d;
 
@@ -54,6 +54,9 @@ pub struct InferOverrides {
     pub segment_threshold: Option<f32>,
     /// `--min-segment-size` [request, else the model's recorded setting, else 1000].
     pub min_segment_size: Option<usize>,
+    /// `--symmetries`: average the predictions over these [the model's recorded setting, else
+    /// none; not part of a request].
+    pub symmetries: Option<Symmetries>,
     /// `--min-boundary-dist`, `x,y,z` [request, else 1,1,1].
     pub min_boundary_dist: Option<String>,
     /// `--no-disco`: disable the "disco" rule (`disco_seed_threshold` -1).
@@ -212,6 +215,9 @@ pub fn resolve_infer(
     }
     if let Some(v) = given.min_segment_size {
         opts.min_segment_size = v;
+    }
+    if let Some(v) = given.symmetries {
+        opts.symmetries = v;
     }
     if let Some(v) = &given.min_boundary_dist {
         opts.min_boundary_dist = parse_xyz(v, "--min-boundary-dist")?;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use ffn_comm::{Backend, CommOptions, Communicator};
 use ffn_core::conv::winograd::ConvAlgorithm;
-use ffn_core::inference::{InferenceOptions, LabelOracle, Predictor, SeedPolicy, SegmentOptions};
+use ffn_core::inference::{
+    InferenceOptions, LabelOracle, Predictor, SeedPolicy, SegmentOptions, Symmetries,
+};
 
 use crate::inference_defaults::InferenceDefaults;
 use ffn_core::network::ConvStack3d;
@@ -67,6 +69,8 @@ pub struct TiledSettings {
     /// `--segment-threshold`: object probability at which a voxel joins a segment [the model's,
     /// else 0.6].
     pub segment_threshold: Option<f32>,
+    /// `--symmetries`: average the predictions over these [the model's, else none].
+    pub symmetries: Option<Symmetries>,
     /// `--min-boundary-dist`, `x,y,z` or one number: seeds this close to a segment are skipped.
     pub min_boundary_dist: String,
     /// `--min-overlap` and `--min-overlap-fraction`: when segments of neighbouring tiles merge.
@@ -154,6 +158,7 @@ impl TiledSettings {
             move_threshold: self.move_threshold,
             segment_threshold: self.segment_threshold,
             min_segment_size: self.min_segment_size,
+            symmetries: self.symmetries,
             chosen_on: None,
         };
         given.apply(&mut inference);
@@ -277,6 +282,7 @@ mod tests {
             min_segment_size: Some(10),
             move_threshold: None,
             segment_threshold: None,
+            symmetries: None,
             min_boundary_dist: "1".into(),
             merge: MergeRule::default(),
         }
@@ -316,6 +322,7 @@ mod tests {
         let recorded = InferenceDefaults {
             move_threshold: Some(0.8),
             segment_threshold: Some(0.5),
+            symmetries: Some(Symmetries::ALL),
             ..Default::default()
         };
         let opts = RecordOptions {
@@ -327,6 +334,7 @@ mod tests {
             oracle: false,
             checkpoint: Some(tuned),
             segment_threshold: Some(0.7),
+            symmetries: Some(Symmetries::parse("flip-z").unwrap()),
             ..oracle_settings(dir.path())
         };
         let setup = s.resolve().unwrap();
@@ -337,6 +345,7 @@ mod tests {
             (0.8, 0.7, 10),
             "recorded move threshold, given segment threshold and min size"
         );
+        assert_eq!(o.symmetries.to_string(), "flip-z", "given symmetries");
     }
 
     #[test]
