@@ -72,42 +72,31 @@ impl Symmetries {
         Ok(s)
     }
 
-    /// Every transform of the group, the identity first.
+    /// Whether each of [`NAMES`] is chosen, in that order.
+    fn chosen(&self) -> [bool; 4] {
+        [self.flip[0], self.flip[1], self.flip[2], self.swap_xy]
+    }
+
+    /// Every transform of the group, the identity first: each subset of the chosen transforms,
+    /// as a bit mask over [`NAMES`] in increasing order.
     fn transforms(&self) -> Vec<Transform> {
-        let mut out = vec![Transform::default()];
-        for axis in 0..3 {
-            if self.flip[axis] {
-                let with: Vec<Transform> = out
-                    .iter()
-                    .map(|t| {
-                        let mut t = *t;
-                        t.flip[axis] = true;
-                        t
-                    })
-                    .collect();
-                out.extend(with);
-            }
-        }
-        if self.swap_xy {
-            let with: Vec<Transform> = out
-                .iter()
-                .map(|t| Transform {
-                    swap_xy: true,
-                    ..*t
-                })
-                .collect();
-            out.extend(with);
-        }
-        out
+        let chosen = self.chosen();
+        let bit = |mask: usize, b: usize| mask >> b & 1 == 1;
+        (0..1 << NAMES.len())
+            .filter(|&mask| (0..NAMES.len()).all(|b| !bit(mask, b) || chosen[b]))
+            .map(|mask| Transform {
+                flip: [bit(mask, 0), bit(mask, 1), bit(mask, 2)],
+                swap_xy: bit(mask, 3),
+            })
+            .collect()
     }
 }
 
 impl fmt::Display for Symmetries {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let chosen = [self.flip[0], self.flip[1], self.flip[2], self.swap_xy];
         let names: Vec<&str> = NAMES
             .iter()
-            .zip(chosen)
+            .zip(self.chosen())
             .filter_map(|(n, c)| c.then_some(*n))
             .collect();
         if names.is_empty() {
