@@ -2,7 +2,8 @@
 # Scores a FIB-25 training run's checkpoints on the three selection boxes of
 # models/ffn-rs-fib25/MODEL_CARD.md (x,y,z 20,150,160; 20,30,160; 140,150,160; each 80^3 with 24
 # voxels of context inside z >= 150), never on the held-out box (140,30,160), and prints each
-# checkpoint's adapted Rand error per box and their mean.
+# checkpoint's adapted Rand error per box and their mean, with Google's published segmentation of the
+# volume (data/google-fib25, cropped to each box) on a last line for reference.
 #
 #   bash scripts/fib25-select.sh RUN_DIR [extra `ffn bench learn` flags, e.g. --every 4]
 #
@@ -20,11 +21,14 @@ full=runs/eval/full.h5
 boxes=(20,150,160 20,30,160 140,150,160)
 for box in "${boxes[@]}"; do
   "$ffn" bench learn --run "$run" --image "$full:image" --labels "$full:labels" --offset "$box" \
-    --size 80,80,80 --heldout-z 150 --context 24 --out "$run/selection/$box" "$@" >/dev/null
+    --size 80,80,80 --heldout-z 150 --context 24 --out "$run/selection/$box" \
+    --reference-segmentation data/google-fib25/segmentation.h5:segmentation "$@" >/dev/null
 done
-# learning.csv per box: model,step,...,adapted_rand_error (10th field); one line per checkpoint.
+# learning.csv per box: model,step,...,adapted_rand_error (10th field); one line per checkpoint and
+# one "published" line (Google's segmentation).
 echo "step ${boxes[*]} mean"
 for box in "${boxes[@]}"; do
-  tail -n +2 "$run/selection/$box/learning.csv" | awk -F, -v b="$box" '$1 == "ffn-rs" {print $2, b, $10}'
-done | awk '{s[$1] = s[$1] " " $3; n[$1]++; t[$1] += $3}
+  tail -n +2 "$run/selection/$box/learning.csv" |
+    awk -F, '$1 == "ffn-rs" {print $2, $10} $1 == "published" {print "published", $10}'
+done | awk '{s[$1] = s[$1] " " $2; n[$1]++; t[$1] += $2}
   END {for (k in s) if (n[k] == 3) printf "%s%s %.4f\n", k, s[k], t[k] / 3}' | sort -n
