@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Scores a FIB-25 training run's checkpoints on the three selection boxes of
-# models/ffn-rs-fib25/MODEL_CARD.md (x,y,z 20,150,160; 20,30,160; 140,150,160; each 80^3 with 24
-# voxels of context inside z >= 150), never on the held-out box (140,30,160), and prints each
-# checkpoint's adapted Rand error per box and their mean, with Google's published segmentation of the
-# volume (data/google-fib25, cropped to each box) on a last line for reference.
+# Scores a FIB-25 training run's checkpoints on the selection boxes of scripts/fib25-boxes.sh (six
+# 80^3 boxes, each with 24 voxels of context inside z >= 150; models/ffn-rs-fib25/MODEL_CARD.md),
+# never on the held-out box, and prints each checkpoint's adapted Rand error per box and their mean,
+# with a line "published" for Google's published segmentation of the volume (data/google-fib25,
+# cropped to each box) for reference.
 #
 #   bash scripts/fib25-select.sh RUN_DIR [extra `ffn bench learn` flags, e.g. --every 4]
 #
@@ -18,7 +18,8 @@ shift
 ffn=${FFN:-target/release/ffn}
 bash scripts/fib25-full-volume.sh
 full=runs/eval/full.h5
-boxes=(20,150,160 20,30,160 140,150,160)
+source scripts/fib25-boxes.sh
+boxes=("${selection_boxes[@]}")
 for box in "${boxes[@]}"; do
   "$ffn" bench learn --run "$run" --image "$full:image" --labels "$full:labels" --offset "$box" \
     --size 80,80,80 --heldout-z 150 --context 24 --out "$run/selection/$box" \
@@ -30,5 +31,5 @@ echo "step ${boxes[*]} mean"
 for box in "${boxes[@]}"; do
   tail -n +2 "$run/selection/$box/learning.csv" |
     awk -F, '$1 == "ffn-rs" {print $2, $10} $1 == "published" {print "published", $10}'
-done | awk '{s[$1] = s[$1] " " $2; n[$1]++; t[$1] += $2}
-  END {for (k in s) if (n[k] == 3) printf "%s%s %.4f\n", k, s[k], t[k] / 3}' | sort -n
+done | awk -v nb=${#boxes[@]} '{s[$1] = s[$1] " " $2; n[$1]++; t[$1] += $2}
+  END {for (k in s) if (n[k] == nb) printf "%s%s %.4f\n", k, s[k], t[k] / nb}' | sort -n

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Scores inference settings of one FIB-25 model on the three selection boxes of
-# models/ffn-rs-fib25/MODEL_CARD.md (x,y,z 20,150,160; 20,30,160; 140,150,160; each 80^3 with 24
-# voxels of context inside z >= 150), never on the held-out box (140,30,160), and prints each
+# Scores inference settings of one FIB-25 model on the selection boxes of scripts/fib25-boxes.sh
+# (six 80^3 boxes, each with 24 voxels of context inside z >= 150; models/ffn-rs-fib25/MODEL_CARD.md),
+# never on the held-out box, and prints each
 # setting's adapted Rand error per box and their mean: the way to choose the settings that
 # `ffn set-inference` records with the model.
 #
@@ -32,7 +32,8 @@ if [ -f "$ckpt" ] && ! cmp -s "$model" "$ckpt"; then
 fi
 mkdir -p "$out/model/checkpoints"
 cp "$model" "$ckpt"
-boxes=(20,150,160 20,30,160 140,150,160)
+source scripts/fib25-boxes.sh
+boxes=("${selection_boxes[@]}")
 echo "min_size segment_threshold move_threshold [coverage min_contact] ${boxes[*]} mean"
 for setting in "$@"; do
   read -r size segment move coverage contact <<<"$setting"
@@ -52,5 +53,5 @@ for setting in "$@"; do
     # learning.csv: model,step,...,adapted_rand_error (10th field).
     scores+=("$(awk -F, '$1 == "ffn-rs" {print $10}' "$dir/learning.csv" | tail -1)")
   done
-  echo "$setting ${scores[*]} $(echo "${scores[*]}" | awk '{printf "%.4f", ($1 + $2 + $3) / 3}')"
+  echo "$setting ${scores[*]} $(echo "${scores[*]}" | awk '{for (i = 1; i <= NF; i++) t += $i; printf "%.4f", t / NF}')"
 done
