@@ -19,17 +19,16 @@ ffn=${FFN:-target/release/ffn}
 bash scripts/fib25-full-volume.sh
 full=runs/eval/full.h5
 source scripts/fib25-boxes.sh
-boxes=("${selection_boxes[@]}")
-for box in "${boxes[@]}"; do
+for box in "${selection_boxes[@]}"; do
   "$ffn" bench learn --run "$run" --image "$full:image" --labels "$full:labels" --offset "$box" \
     --size 80,80,80 --heldout-z 150 --context 24 --out "$run/selection/$box" \
     --reference-segmentation data/google-fib25/segmentation.h5:segmentation "$@" >/dev/null
 done
 # learning.csv per box: model,step,...,adapted_rand_error (10th field); one line per checkpoint and
 # one "published" line (Google's segmentation).
-echo "step ${boxes[*]} mean"
-for box in "${boxes[@]}"; do
+echo "step ${selection_boxes[*]} mean"
+for box in "${selection_boxes[@]}"; do
   tail -n +2 "$run/selection/$box/learning.csv" |
     awk -F, '$1 == "ffn-rs" {print $2, $10} $1 == "published" {print "published", $10}'
-done | awk -v nb=${#boxes[@]} '{s[$1] = s[$1] " " $2; n[$1]++; t[$1] += $2}
+done | awk -v nb=${#selection_boxes[@]} '{s[$1] = s[$1] " " $2; n[$1]++; t[$1] += $2}
   END {for (k in s) if (n[k] == nb) printf "%s%s %.4f\n", k, s[k], t[k] / nb}' | sort -n

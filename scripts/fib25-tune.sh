@@ -33,8 +33,7 @@ fi
 mkdir -p "$out/model/checkpoints"
 cp "$model" "$ckpt"
 source scripts/fib25-boxes.sh
-boxes=("${selection_boxes[@]}")
-echo "min_size segment_threshold move_threshold [coverage min_contact] ${boxes[*]} mean"
+echo "min_size segment_threshold move_threshold [coverage min_contact] ${selection_boxes[*]} mean"
 for setting in "$@"; do
   read -r size segment move coverage contact <<<"$setting"
   name="ms$size-st$segment-mt$move"
@@ -44,7 +43,7 @@ for setting in "$@"; do
     agglomerate=(--agglomerate --agglomerate-coverage "$coverage" --agglomerate-min-contact "$contact")
   fi
   scores=()
-  for box in "${boxes[@]}"; do
+  for box in "${selection_boxes[@]}"; do
     dir="$out/$name/$box"
     "$ffn" bench learn --run "$out/model" --image "$full:image" --labels "$full:labels" \
       --offset "$box" --size 80,80,80 --heldout-z 150 --context 24 --min-segment-size "$size" \
