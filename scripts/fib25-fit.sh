@@ -24,18 +24,10 @@ ffn=${FFN:-target/release/ffn}
 read -r depth features fov delta < <("$ffn" inspect --json "$model" | python3 -c \
   'import json, sys; m = json.load(sys.stdin)["model"]; print(m["depth"], m["features"], m["fov"][0], m["deltas"][0])')
 r=$((fov / 2 + delta))
-prepare() { # NAME OFFSET SIZE -> data folder with NAME.h5 (image, labels, af) and NAME.coords
-  local dir=runs/fit-data/r$r name=$1 offset=$2 size=$3
-  mkdir -p "$dir"
-  if [ ! -f "$dir/$name.coords" ]; then
-    "$ffn" import stack data/fib25/grayscale_maps --output "$dir/$name.h5:image" --offset "$offset" --size "$size" >&2
-    "$ffn" import labels data/fib25/groundtruth.h5.gz --output "$dir/$name.h5:labels" --offset "$offset" --size "$size" >&2
-    "$ffn" partitions --labels "$dir/$name.h5:labels" --out "$dir/$name.h5:af" --lom-radius "$r,$r,$r" >&2
-    "$ffn" coordinates --partitions "fib25:$dir/$name.h5:af" --out "$dir/$name.coords.tmp" \
-      --margin "$r,$r,$r" --max-per-class 100000 --seed 1 >&2
-    mv "$dir/$name.coords.tmp" "$dir/$name.coords"
-  fi
-  echo "$dir/$name"
+prepare() { # NAME OFFSET SIZE -> the data's path without extension (NAME.h5, NAME.coords)
+  local dir=runs/fit-data/r$r
+  FFN="$ffn" bash scripts/fib25-data.sh "$dir" "$1" "$2" "$3" "$r" >&2
+  echo "$dir/$1"
 }
 if [ -n "${TRAIN_DATA:-}" ]; then
   train="$TRAIN_DATA/train"
@@ -44,6 +36,7 @@ else
 fi
 other=$(prepare other 0,0,150 140,250,100)
 mkdir -p "$out"
+report=$((steps < 100 ? steps : 100)) # metric windows of 100 steps (fewer for a short check)
 echo "part steps mean_loss mean_f1 (model $model: depth $depth, FOV $fov, deltas $delta; $steps steps at learning rate 0)"
 for part in train other; do
   data=${!part}
@@ -52,7 +45,7 @@ for part in train other; do
   "$ffn" train --image "fib25:$data.h5:image" --labels "fib25:$data.h5:labels" --coords "$data.coords" \
     --out "$run" --image-mean 128 --image-stddev 33 --depth "$depth" --features "$features" \
     --fov "$fov,$fov,$fov" --deltas "$delta,$delta,$delta" --batch-size 4 --optimizer adam \
-    --learning-rate 0 --seed 11 --max-steps "$steps" --report-every 100 --quiet \
+    --learning-rate 0 --seed 11 --max-steps "$steps" --report-every "$report" --quiet \
     --init-checkpoint "$model" >"$run.log" 2>&1 || { cat "$run.log" >&2; exit 1; }
   awk -F, -v part="$part" -v steps="$steps" \
     'NR > 1 { loss += $2; f1 += $5; n++ } END { printf "%s %d %.3f %.3f\n", part, steps, loss / n, f1 / n }' \

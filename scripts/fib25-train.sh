@@ -24,17 +24,9 @@ ffn=${FFN:-target/release/ffn}
 mkdir -p "$run/data"
 depth=${DEPTH:-5} fov=${FOV:-17} delta=${DELTA:-4}
 data="$run/data/train.h5"
-if [ ! -f "$run/data/train.coords" ]; then
-  # The training part: x,y all 250, z 0..149. Partitions and coordinates see nothing of z >= 150.
-  "$ffn" import stack data/fib25/grayscale_maps --output "$data:image" --offset 0,0,0 --size 250,250,150
-  "$ffn" import labels data/fib25/groundtruth.h5.gz --output "$data:labels" --offset 0,0,0 --size 250,250,150
-  # lom radius = margin = fov//2 + delta.
-  r=$((fov / 2 + delta))
-  "$ffn" partitions --labels "$data:labels" --out "$data:af" --lom-radius "$r,$r,$r"
-  "$ffn" coordinates --partitions "fib25:$data:af" --out "$run/data/train.coords.tmp" \
-    --margin "$r,$r,$r" --max-per-class 100000 --seed 1
-  mv "$run/data/train.coords.tmp" "$run/data/train.coords"
-fi
+# The training part: x,y all 250, z 0..149. Partitions and coordinates see nothing of z >= 150;
+# lom radius = margin = fov//2 + delta.
+FFN="$ffn" bash scripts/fib25-data.sh "$run/data" train 0,0,0 250,250,150 $((fov / 2 + delta))
 # A new run folder continues the shipped model's training (its checkpoint holds the optimiser and
 # example-generator state too, so the continuation is exact); FRESH=1 starts from fresh weights.
 shipped=${SHIPPED:-models/ffn-rs-fib25-continuation}
