@@ -21,7 +21,6 @@ run=${1:-runs/fib25}
 shift || true
 ffn=${FFN:-target/release/ffn}
 [ -x "$ffn" ] || cargo build --release -p ffn-cli
-mkdir -p "$run/data"
 depth=${DEPTH:-5} fov=${FOV:-17} delta=${DELTA:-4}
 data="$run/data/train.h5"
 # The training part: x,y all 250, z 0..149. Partitions and coordinates see nothing of z >= 150;
