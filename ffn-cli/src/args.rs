@@ -46,12 +46,14 @@ pub fn parse_named_spec(s: &str) -> Result<(String, VolumeSpec)> {
     Ok((name, rest.parse()?))
 }
 
-/// Parses `--conv` (`winograd`, `winograd1d`, `direct` or `bf16`) for clap.
+/// Parses `--conv` (`winograd`, `winograd1d`, `direct`, `bf16` or `winograd3d`) for clap.
 pub(crate) fn parse_conv_algorithm(
     name: &str,
 ) -> Result<ffn_core::conv::winograd::ConvAlgorithm, String> {
     ffn_core::conv::winograd::ConvAlgorithm::from_name(name).ok_or_else(|| {
-        format!("expected `winograd`, `winograd1d`, `direct` or `bf16`, found `{name}`")
+        format!(
+            "expected `winograd`, `winograd1d`, `direct`, `bf16` or `winograd3d`, found `{name}`"
+        )
     })
 }
 

@@ -94,6 +94,79 @@ where
     }
 }
 
+/// Calls `f(index, region, b_chunk)` for the `regions` regions of `a` between consecutive bounds
+/// (`a[bound(i)..bound(i + 1)]`, which may be empty) together with the `index`-th `b_len` chunk
+/// of `b`, in parallel with the `rayon` feature (by halves, allocating nothing):
+/// [`for_each_chunk_pair_mut`] for regions of different lengths. `bound(0)` must be 0,
+/// `bound(regions)` the length of `a`, the bounds must not decrease, and `b` must hold a chunk
+/// per region.
+pub fn for_each_region_pair_mut<A, B, G, F>(
+    a: &mut [A],
+    regions: usize,
+    bound: G,
+    b: &mut [B],
+    b_len: usize,
+    f: F,
+) where
+    A: Send,
+    B: Send,
+    G: Fn(usize) -> usize + Sync,
+    F: Fn(usize, &mut [A], &mut [B]) + Sync + Send,
+{
+    assert!(
+        regions > 0 && b_len > 0,
+        "for_each_region_pair_mut: regions and chunk length must be > 0"
+    );
+    assert!(
+        bound(0) == 0 && bound(regions) == a.len(),
+        "for_each_region_pair_mut: bounds must run from 0 to the length"
+    );
+    assert!(
+        b.len() >= regions * b_len,
+        "for_each_region_pair_mut: a chunk of b per region"
+    );
+    let b = &mut b[..regions * b_len];
+    regions_between(a, (0, regions), &bound, b, b_len, &f);
+}
+
+/// The regions `lo..hi` of [`for_each_region_pair_mut`] (`a` and `b` cut to them), half each.
+fn regions_between<A, B, G, F>(
+    a: &mut [A],
+    (lo, hi): (usize, usize),
+    bound: &G,
+    b: &mut [B],
+    b_len: usize,
+    f: &F,
+) where
+    A: Send,
+    B: Send,
+    G: Fn(usize) -> usize + Sync,
+    F: Fn(usize, &mut [A], &mut [B]) + Sync + Send,
+{
+    if hi - lo == 1 {
+        f(lo, a, b);
+        return;
+    }
+    let mid = (lo + hi) / 2;
+    let (first, at) = (bound(lo), bound(mid));
+    assert!(
+        first <= at && at - first <= a.len(),
+        "for_each_region_pair_mut: bounds decrease"
+    );
+    let (a1, a2) = a.split_at_mut(at - first);
+    let (b1, b2) = b.split_at_mut((mid - lo) * b_len);
+    #[cfg(feature = "rayon")]
+    rayon::join(
+        || regions_between(a1, (lo, mid), bound, b1, b_len, f),
+        || regions_between(a2, (mid, hi), bound, b2, b_len, f),
+    );
+    #[cfg(not(feature = "rayon"))]
+    {
+        regions_between(a1, (lo, mid), bound, b1, b_len, f);
+        regions_between(a2, (mid, hi), bound, b2, b_len, f);
+    }
+}
+
 /// Chunk length for element-wise passes over large buffers: big enough to amortise scheduling,
 /// small enough to balance two or more threads.
 pub const ELEMENTWISE_CHUNK: usize = 1 << 16;
@@ -102,6 +175,26 @@ pub const ELEMENTWISE_CHUNK: usize = 1 << 16;
 mod tests {
     use super::*;
     use alloc::vec;
+
+    #[test]
+    fn every_region_visited_once_with_its_chunk() {
+        let mut v = vec![0usize; 10];
+        let mut b = vec![0usize; 8];
+        let bounds = [0, 3, 3, 10, 10];
+        for_each_region_pair_mut(
+            &mut v,
+            4,
+            |i| bounds[i],
+            &mut b,
+            2,
+            |i, r, c| {
+                r.iter_mut().for_each(|x| *x += i + 1);
+                c[0] = r.len();
+            },
+        );
+        assert_eq!(v, [1, 1, 1, 3, 3, 3, 3, 3, 3, 3]);
+        assert_eq!(b, [3, 0, 0, 0, 7, 0, 0, 0]);
+    }
 
     #[test]
     fn every_chunk_visited_once_with_its_index() {

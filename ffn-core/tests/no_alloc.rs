@@ -1,6 +1,6 @@
 //! A warm forward pass and a warm training step allocate nothing: every buffer is planned on the
 //! first call for a batch shape and reused. A counting global allocator checks it, for both
-//! convolution algorithms. (One test in this binary, so no other test allocates meanwhile.)
+//! convolution algorithms (the forward pass of `Winograd3d` too). (One test in this binary, so no other test allocates meanwhile.)
 
 use ffn_core::conv::winograd::ConvAlgorithm;
 use ffn_core::model_spec::ModelConfig;
@@ -75,6 +75,7 @@ fn check_passes() {
         ConvAlgorithm::Winograd,
         ConvAlgorithm::Direct,
         ConvAlgorithm::Winograd1d,
+        ConvAlgorithm::Winograd3d,
     ] {
         net.set_conv_algorithm(algorithm);
         for _ in 0..2 {

@@ -65,8 +65,10 @@ pub struct NetArgs {
     /// gradients by F(4x4,3x3) in y and x, weight gradients by F(4,3) along x), `winograd1d`
     /// (F(4,3) for all), `direct` or `bf16` (`winograd`, but the forward convs with 32k channels
     /// computed directly from inputs and weights rounded to bfloat16: AMX where the CPU has it,
-    /// else emulated; `bench train` computes it as `winograd`). With a Winograd algorithm or
-    /// `bf16` the result is also compared with `direct`.
+    /// else emulated; `bench train` computes it as `winograd`) or `winograd3d` (`winograd`, but
+    /// the forward convs by Winograd over all three axes; `bench train` computes it as
+    /// `winograd`). With a Winograd algorithm or `bf16` the result is also compared with
+    /// `direct`.
     #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     conv: ConvAlgorithm,
     /// Skip the comparison with `direct` (e.g. when profiling the timed calls alone).
@@ -149,7 +151,7 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
         "conv algorithm: {}, SIMD kernels: {}{}",
         a.conv.name(),
         r.simd,
-        bf16_products_note(a.conv, train)
+        algorithm_note(a.conv, train)
     );
     if let Some(d) = r.vs_direct {
         let what = if train { "gradients" } else { "logits" };
@@ -161,10 +163,12 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
     Ok(())
 }
 
-/// What ran the products of `--conv bf16` (empty for the other algorithms).
-fn bf16_products_note(conv: ConvAlgorithm, train: bool) -> String {
+/// What ran the products of `--conv bf16`, and what training computes for the algorithms of
+/// inference (empty for the other algorithms).
+fn algorithm_note(conv: ConvAlgorithm, train: bool) -> String {
     match conv {
         ConvAlgorithm::Bf16 if train => " (training computes in float32)".into(),
+        ConvAlgorithm::Winograd3d if train => " (training computes as winograd)".into(),
         ConvAlgorithm::Bf16 => format!(
             ", bfloat16 products: {}",
             ffn_core::conv::bf16::products_name()

@@ -74,7 +74,9 @@ pub struct Args {
     /// others run direct), `winograd1d` (F(4,3) everywhere), `direct`, or `bf16` (opt-in:
     /// `winograd`, but the convs with 32k channels computed directly from inputs and weights
     /// rounded to bfloat16, by AMX tile products where the CPU has them, else emulated; faster
-    /// with AMX; segmentations differ from float32's).
+    /// with AMX; segmentations differ from float32's), or `winograd3d` (opt-in: `winograd`, but
+    /// the forward convs by Winograd over all three axes, F(4,3) along z too: 2x fewer products,
+    /// other roundings).
     #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     pub conv: ffn_core::conv::winograd::ConvAlgorithm,
     /// Communicator backend: local (one rank), shm, zmq or hier (under `ffn launch -n N`), mpi (under mpirun).

@@ -111,16 +111,17 @@ pub(crate) unsafe fn row(
 /// Winograd product sums of one output row, one transformed index `i`, one 32-channel block and
 /// one kernel plane `tz`: `sums[t * sums_rs + 0..32] (+)= Σ_ty Σ_c taps[ty][t * cin + c] *
 /// w[(ty * cin + c) * w_rs + 0..32]` for the `nt` tiles of the row, three tiles at a time with
-/// their accumulators in registers.
+/// their accumulators in registers. The tap rows are usually three (the kernel rows or planes of
+/// a 3x3x3 conv); [`super::winograd3d`] passes one.
 ///
 /// # Safety
 /// AVX2 and FMA must be available; every `taps[ty]` must be readable at `t * cin + c` (`t < nt`,
-/// `c < cin`); `w` at `(ty * cin + c) * w_rs + 0..32` (`ty < 3`); `sums` readable and writable at
+/// `c < cin`); `w` at `(ty * cin + c) * w_rs + 0..32` (`ty < taps.len()`); `sums` readable and writable at
 /// `t * sums_rs + 0..32`.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn winograd_rows(
-    taps: &[*const f32; 3],
+    taps: &[*const f32],
     cin: usize,
     w: *const f32,
     w_rs: usize,
@@ -152,7 +153,7 @@ pub(crate) unsafe fn winograd_rows(
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn winograd_tile<const NV: usize>(
-    taps: &[*const f32; 3],
+    taps: &[*const f32],
     off: usize,
     cin: usize,
     w: *const f32,

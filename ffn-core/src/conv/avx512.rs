@@ -131,7 +131,7 @@ pub(crate) unsafe fn row(
 #[target_feature(enable = "avx512f,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn winograd_rows(
-    taps: &[*const f32; 3],
+    taps: &[*const f32],
     cin: usize,
     w: *const f32,
     w_rs: usize,
@@ -162,7 +162,7 @@ pub(crate) unsafe fn winograd_rows(
 #[target_feature(enable = "avx512f,fma")]
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn winograd_tile<const NV: usize>(
-    taps: &[*const f32; 3],
+    taps: &[*const f32],
     off: usize,
     cin: usize,
     w: *const f32,
@@ -326,6 +326,80 @@ fn output_transform(m: [__m512; 6]) -> [__m512; 4] {
         add(s12, mul(k(4.0), s34)),
         add(add(d12, mul(k(8.0), d34)), m[5]),
     ]
+}
+
+/// The z components of [`super::winograd3d`] on 16 lanes, as its portable lanes compute them (bit
+/// for bit): `Bᵀ` of F(4, 3) over the six `planes` (`n` values each, `n` a multiple of 16),
+/// component `j` into `out[j * n..][..n]`.
+///
+/// # Panics
+/// When `n` is not a multiple of 16 or a length does not match.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn winograd3d_z_components(planes: [&[f32]; 6], out: &mut [f32]) {
+    let n = planes[0].len();
+    assert!(
+        n.is_multiple_of(16) && planes.iter().all(|p| p.len() == n) && out.len() == 6 * n,
+        "winograd3d_z_components: lengths"
+    );
+    for i in (0..n).step_by(16) {
+        let mut d = [_mm512_setzero_ps(); 6];
+        for j in 0..6 {
+            // SAFETY: i + 16 <= n, the length of every plane (asserted).
+            d[j] = unsafe { _mm512_loadu_ps(planes[j].as_ptr().add(i)) };
+        }
+        let v = input_transform(d);
+        for j in 0..6 {
+            // SAFETY: j * n + i + 16 <= 6 * n, the length of out (asserted).
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(j * n + i), v[j]) };
+        }
+    }
+}
+
+/// The z sums of [`super::winograd3d`] on 16 lanes, as its portable lanes compute them (bit for
+/// bit): `Aᵀ` of F(4, 3) over the six runs of `products` (`[z component][tile][cout]`, `cout` a
+/// multiple of 16), output plane `m` of tile `b` into `sums[m][first + b * stride..][..cout]`.
+///
+/// # Panics
+/// When `cout` is not a multiple of 16 or a slice is shorter than that.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn winograd3d_z_sums(
+    products: &[f32],
+    cout: usize,
+    first: usize,
+    stride: usize,
+    sums: [&mut [f32]; 4],
+) {
+    let n = products.len() / 6;
+    assert!(
+        cout > 0 && cout.is_multiple_of(16) && n.is_multiple_of(cout),
+        "winograd3d_z_sums: widths"
+    );
+    let tiles = n / cout;
+    if tiles == 0 {
+        return;
+    }
+    let end = first + (tiles - 1) * stride + cout;
+    assert!(
+        sums.iter().all(|s| s.len() >= end),
+        "winograd3d_z_sums: sums length"
+    );
+    for b in 0..tiles {
+        let at = first + b * stride;
+        for o in (0..cout).step_by(16) {
+            let mut m = [_mm512_setzero_ps(); 6];
+            for zc in 0..6 {
+                // SAFETY: zc * n + b * cout + o + 16 <= 6 * n (o + 16 <= cout, b < tiles).
+                m[zc] = unsafe { _mm512_loadu_ps(products.as_ptr().add(zc * n + b * cout + o)) };
+            }
+            let v = output_transform(m);
+            for j in 0..4 {
+                // SAFETY: at + o + 16 <= end <= sums[j].len() (asserted).
+                unsafe { _mm512_storeu_ps(sums[j].as_mut_ptr().add(at + o), v[j]) };
+            }
+        }
+    }
 }
 
 /// The element-wise work after a conv's sums, in this order: bias, ReLU, residual (the order of

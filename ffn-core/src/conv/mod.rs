@@ -79,6 +79,7 @@ pub mod reference;
 mod simd;
 pub mod winograd;
 pub mod winograd2d;
+pub mod winograd3d;
 
 pub use simd::Simd;
 
@@ -198,7 +199,7 @@ impl Kernels {
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn winograd_rows(
         self,
-        taps: &[*const f32; 3],
+        taps: &[*const f32],
         cin: usize,
         w: *const f32,
         w_rs: usize,

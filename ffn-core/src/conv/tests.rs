@@ -1,7 +1,7 @@
 //! Reference-vs-fast tests on awkward shapes, and finite-difference checks of the reference.
 #![allow(clippy::needless_range_loop)]
 
-use super::{Conv3dParams, Simd, fast, reference, winograd, winograd2d};
+use super::{Conv3dParams, Simd, fast, reference, winograd, winograd2d, winograd3d};
 use crate::rng::Rng;
 use crate::tensor::Padded;
 use crate::testutil::{assert_close, finite_diff, seed, uniform};
@@ -487,6 +487,8 @@ fn winograd_handles_empty_volumes_and_names_its_algorithms() {
         winograd::ConvAlgorithm::Winograd,
         winograd::ConvAlgorithm::Direct,
         winograd::ConvAlgorithm::Winograd1d,
+        winograd::ConvAlgorithm::Bf16,
+        winograd::ConvAlgorithm::Winograd3d,
     ] {
         assert_eq!(winograd::ConvAlgorithm::from_name(a.name()), Some(a));
     }
@@ -494,14 +496,16 @@ fn winograd_handles_empty_volumes_and_names_its_algorithms() {
     assert!(!winograd::supports(&Conv3dParams { kernel: 5, ..p }));
 }
 
-/// Every SIMD result of one level on the wide shapes, concatenated: the direct forward, input and
-/// weight gradients, the fused Winograd forward (F(4, 3) and F(4x4, 3x3)) and the Winograd weight
-/// gradients.
+/// Every SIMD result of one level on the wide shapes and one deeper, concatenated: the direct
+/// forward, input and weight gradients, the fused Winograd forward (F(4, 3), F(4x4, 3x3) and
+/// three-axis) and the Winograd weight gradients.
 fn simd_results(simd: Simd) -> Vec<f32> {
     let mut rng = Rng::new(seed(14));
     let (mut scratch, mut wino) = (Vec::new(), winograd::WinogradScratch::new());
     let mut all = Vec::new();
-    for p in wide_shapes() {
+    // One shape deep enough for z tiles of the three-axis forward.
+    let deep = conv_params((1, [6, 3, 6], 32, 32));
+    for p in wide_shapes().into_iter().chain([deep]) {
         let g = Padded::new(p.batch, p.size, p.half().max(1));
         let mut pad = |c: usize, len: usize| {
             let mut v = vec![0.0; g.len(c)];
@@ -536,6 +540,8 @@ fn simd_results(simd: Simd) -> Vec<f32> {
             winograd::forward_fused(simd, &p, &g, &inp, &w, fusion, &mut out, &mut wino);
             all.extend_from_slice(&out);
             winograd2d::forward_fused(simd, &p, &g, &inp, &w, fusion, &mut out, &mut wino);
+            all.extend_from_slice(&out);
+            winograd3d::forward_fused(simd, &p, &g, &inp, &w, fusion, &mut out, &mut wino);
             all.extend_from_slice(&out);
             winograd::backward_weights(simd, &p, &g, &inp, &gop, &mut gw, &mut gb, &mut wino);
             all.extend(gw.iter().chain(&gb));
@@ -614,23 +620,38 @@ pub(super) fn on_threads(threads: usize, f: impl FnOnce() + Send) {
     }
 }
 
-/// F(4x4, 3x3) forward, plain and fused (input ReLU, bias, ReLU, residual), against the f64
-/// reference, through every SIMD level this CPU has, on tiles cut at every edge: rows and columns
-/// of 1 to 33 voxels, 2 to 32 input channels, 32 and 64 outputs, borders 1 and 2. The tolerance is
-/// `2e-5` of the sum of the absolute terms of each output. The portable level computes these by
-/// F(4, 3) (no 2D kernel without SIMD) and is held to the same bound.
-#[test]
-fn winograd2d_matches_reference() {
-    let mut rng = Rng::new(seed(15));
+/// A fused forward conv: [`winograd2d::forward_fused`] or [`winograd3d::forward_fused`].
+type FusedForward = fn(
+    Simd,
+    &Conv3dParams,
+    &Padded,
+    &[f32],
+    &[f32],
+    winograd::Fusion<'_>,
+    &mut [f32],
+    &mut winograd::WinogradScratch,
+);
+
+/// `forward`, plain and fused (input ReLU, bias, ReLU, residual), against the f64 reference,
+/// through every SIMD level this CPU has, on `cases` with borders 1 and 2: every output within
+/// `tolerance` of the sum of the absolute terms of that output, the borders zero. Returns the
+/// worst error seen.
+fn check_fused_forward(
+    name: &str,
+    forward: FusedForward,
+    cases: Vec<Conv3dParams>,
+    tolerance: f64,
+    rng: &mut Rng,
+) -> f64 {
     let mut scratch = winograd::WinogradScratch::new();
-    let levels = levels_run_here("winograd2d_matches_reference");
+    let levels = levels_run_here(name);
     let mut worst = 0.0f64;
-    for p in winograd2d_cases() {
+    for p in cases {
         let (batch, size, cin, cout) = (p.batch, p.size, p.in_channels, p.out_channels);
-        let input = uniform(&mut rng, p.input_len());
-        let w = uniform(&mut rng, p.weights_len());
-        let b = uniform(&mut rng, cout);
-        let residual = uniform(&mut rng, p.output_len());
+        let input = uniform(rng, p.input_len());
+        let w = uniform(rng, p.weights_len());
+        let b = uniform(rng, cout);
+        let residual = uniform(rng, p.output_len());
         let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
         let relu_in: Vec<f32> = input.iter().map(|v| v.max(0.0)).collect();
         for pad in [1, 2] {
@@ -656,27 +677,18 @@ fn winograd2d_matches_reference() {
                 };
                 for &simd in &levels {
                     let mut out = vec![f32::NAN; g.len(cout)];
-                    winograd2d::forward_fused(
-                        simd,
-                        &p,
-                        &g,
-                        &inp,
-                        &w,
-                        fusion,
-                        &mut out,
-                        &mut scratch,
-                    );
+                    forward(simd, &p, &g, &inp, &w, fusion, &mut out, &mut scratch);
                     let mut bordered = out.clone();
                     g.zero_border(&mut bordered, cout);
-                    assert_eq!(bordered, out, "winograd2d {p:?} pad {pad}: border not zero");
+                    assert_eq!(bordered, out, "{name} {p:?} pad {pad}: border not zero");
                     let mut got = vec![0.0; p.output_len()];
                     g.unpad_into(&out, cout, &mut got);
                     for (i, ((x, y), m)) in got.iter().zip(&want).zip(&mag).enumerate() {
                         let err = (x - y).abs() as f64 / (*m as f64 + 1e-6);
                         worst = worst.max(err);
                         assert!(
-                            err <= 2e-5,
-                            "winograd2d {p:?} pad {pad} fused {fused} {simd}[{i}]: {x} vs {y} \
+                            err <= tolerance,
+                            "{name} {p:?} pad {pad} fused {fused} {simd}[{i}]: {x} vs {y} \
                              (magnitude {m})"
                         );
                     }
@@ -685,8 +697,49 @@ fn winograd2d_matches_reference() {
         }
     }
     note(&alloc::format!(
-        "winograd2d_matches_reference: worst error {worst:.2e} of the magnitude"
+        "{name}: worst error {worst:.2e} of the magnitude"
     ));
+    worst
+}
+
+/// F(4x4, 3x3) forward against the f64 reference ([`check_fused_forward`]) on tiles cut at every
+/// edge: rows and columns of 1 to 33 voxels, 2 to 32 input channels, 32 and 64 outputs. The
+/// tolerance is `2e-5` of the sum of the absolute terms of each output. The portable level
+/// computes these by F(4, 3) (no 2D kernel without SIMD) and is held to the same bound.
+#[test]
+fn winograd2d_matches_reference() {
+    let mut rng = Rng::new(seed(15));
+    let name = "winograd2d_matches_reference";
+    check_fused_forward(
+        name,
+        winograd2d::forward_fused,
+        winograd2d_cases(),
+        2e-5,
+        &mut rng,
+    );
+}
+
+/// Three-axis Winograd forward against the f64 reference ([`check_fused_forward`]): volumes of 1
+/// to 13 planes (z tiles of four and the planes left over, in batches), rows and columns cut at
+/// every edge, 2 to 32 input channels, 32 and 64 outputs. The tolerance is `1e-4` of the sum of
+/// the absolute terms of each output; the worst error is printed. The portable level computes
+/// these by F(4, 3) and is held to the same bound.
+#[test]
+fn winograd3d_matches_reference() {
+    let mut rng = Rng::new(seed(19));
+    let cases = [
+        (2, [9, 5, 7], 32, 32),
+        (1, [4, 9, 6], 2, 64),
+        (1, [1, 1, 1], 3, 32),
+        (3, [3, 8, 13], 17, 32),
+        (1, [13, 17, 17], 32, 32),
+        (2, [5, 4, 4], 32, 32),
+    ]
+    .into_iter()
+    .map(conv_params)
+    .collect();
+    let name = "winograd3d_matches_reference";
+    check_fused_forward(name, winograd3d::forward_fused, cases, 1e-4, &mut rng);
 }
 
 /// F(4x4, 3x3) weight and bias gradients against the f64-accumulated reference for every SIMD
@@ -749,16 +802,13 @@ fn winograd2d_weight_gradient_matches_reference() {
     ));
 }
 
-/// F(4x4, 3x3) forward gives the same bits on 1 to 5 threads: each thread transforms the input
-/// planes of its own run of output planes (a ring of three), so runs that start anywhere (inside
-/// a batch item, at its border planes, across two items) must see the same tap planes.
+/// `forward` gives the same bits on 1 to 5 threads on a batch of 3 volumes of `size`.
 #[cfg(all(feature = "std", feature = "rayon"))]
-#[test]
-fn winograd2d_is_the_same_on_any_thread_count() {
+fn check_same_on_any_thread_count(name: &str, forward: FusedForward, size: [usize; 3]) {
     let mut rng = Rng::new(seed(16));
     let p = Conv3dParams {
         batch: 3,
-        size: [5, 9, 7],
+        size,
         kernel: 3,
         in_channels: 32,
         out_channels: 32,
@@ -773,12 +823,12 @@ fn winograd2d_is_the_same_on_any_thread_count() {
         relu: true,
         residual: None,
     };
-    for simd in levels_run_here("winograd2d_is_the_same_on_any_thread_count") {
+    for simd in levels_run_here(name) {
         let run = |threads: usize| {
             crate::parallel::with_threads(threads, || {
                 let mut out = vec![f32::NAN; g.len(32)];
                 let mut scratch = winograd::WinogradScratch::new();
-                winograd2d::forward_fused(simd, &p, &g, &inp, &w, fusion, &mut out, &mut scratch);
+                forward(simd, &p, &g, &inp, &w, fusion, &mut out, &mut scratch);
                 out.into_iter().map(f32::to_bits).collect::<Vec<u32>>()
             })
             .expect("thread pool")
@@ -788,10 +838,29 @@ fn winograd2d_is_the_same_on_any_thread_count() {
             assert_eq!(
                 run(threads),
                 one,
-                "{simd}: {threads} threads differ from one"
+                "{name} {simd}: {threads} threads differ from one"
             );
         }
     }
+}
+
+/// F(4x4, 3x3) forward gives the same bits on 1 to 5 threads: each thread transforms the input
+/// planes of its own run of output planes (a ring of three), so runs that start anywhere (inside
+/// a batch item, at its border planes, across two items) must see the same tap planes.
+#[cfg(all(feature = "std", feature = "rayon"))]
+#[test]
+fn winograd2d_is_the_same_on_any_thread_count() {
+    let name = "winograd2d_is_the_same_on_any_thread_count";
+    check_same_on_any_thread_count(name, winograd2d::forward_fused, [5, 9, 7]);
+}
+
+/// Three-axis Winograd forward gives the same bits on 1 to 5 threads: the z tiles are aligned
+/// to each volume, not to the threads' runs, and each thread's ring of six planes starts empty.
+#[cfg(all(feature = "std", feature = "rayon"))]
+#[test]
+fn winograd3d_is_the_same_on_any_thread_count() {
+    let name = "winograd3d_is_the_same_on_any_thread_count";
+    check_same_on_any_thread_count(name, winograd3d::forward_fused, [9, 9, 7]);
 }
 
 /// F(4, 3) forward and gradients against the reference on 1 to 5 threads: the weight gradient

@@ -62,24 +62,31 @@ pub enum ConvAlgorithm {
     /// float32). Opt-in: segmentations differ from float32's. Training (forward and backward)
     /// computes as [`ConvAlgorithm::Winograd`].
     Bf16,
+    /// [`ConvAlgorithm::Winograd`], but the 3x3x3 forward convs of inference by Winograd over
+    /// all three axes ([`super::winograd3d`]: F(4x4, 3x3) over y and x, F(4, 3) along z; 2x fewer
+    /// multiply-adds in the products than F(4x4, 3x3)). Opt-in: its rounding differs from
+    /// [`ConvAlgorithm::Winograd`]'s. Training computes as [`ConvAlgorithm::Winograd`].
+    Winograd3d,
 }
 
 impl ConvAlgorithm {
-    /// The name used on the command line (`winograd`, `direct`, `winograd1d`).
+    /// The name used on the command line (`winograd`, `direct`, `winograd1d`, `bf16`,
+    /// `winograd3d`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Winograd => "winograd",
             Self::Direct => "direct",
             Self::Winograd1d => "winograd1d",
             Self::Bf16 => "bf16",
+            Self::Winograd3d => "winograd3d",
         }
     }
 
-    /// Whether the forward convs run by F(4x4, 3x3) (where [`ConvAlgorithm::Bf16`] does not
-    /// apply) and the gradients by the two-axis algorithms ([`ConvAlgorithm::Winograd`] and
-    /// [`ConvAlgorithm::Bf16`]).
+    /// Whether the forward convs run by F(4x4, 3x3) (where [`ConvAlgorithm::Bf16`] and
+    /// [`ConvAlgorithm::Winograd3d`] do not apply) and the gradients by the two-axis algorithms
+    /// ([`ConvAlgorithm::Winograd`], [`ConvAlgorithm::Bf16`], [`ConvAlgorithm::Winograd3d`]).
     pub fn two_axes(self) -> bool {
-        matches!(self, Self::Winograd | Self::Bf16)
+        matches!(self, Self::Winograd | Self::Bf16 | Self::Winograd3d)
     }
 
     /// Parses [`ConvAlgorithm::name`]; `None` for anything else.
@@ -89,6 +96,7 @@ impl ConvAlgorithm {
             "direct" => Some(Self::Direct),
             "winograd1d" => Some(Self::Winograd1d),
             "bf16" => Some(Self::Bf16),
+            "winograd3d" => Some(Self::Winograd3d),
             _ => None,
         }
     }

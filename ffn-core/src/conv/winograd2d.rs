@@ -33,7 +33,7 @@ use super::{Conv3dParams, Kernels, Simd};
 use crate::tensor::Padded;
 
 /// Transformed values per 2D tile.
-const TT: usize = T * T;
+pub(super) const TT: usize = T * T;
 
 /// Whether [`forward_fused`] computes conv `p` by F(4x4, 3x3) with the kernels of `simd`: a 3x3x3
 /// kernel and an output width that the SIMD product kernels take (a multiple of 32 channels).
@@ -45,12 +45,12 @@ compiled_for_kernels!(transform_plane_for(g: &Padded, c: usize, data: &[f32], re
 compiled_for_kernels!(inverse_plane_for(g: &Padded, cout: usize, sums: &[f32], chunk: &mut [f32]) => inverse_plane);
 
 /// Channels transformed together: one 512-bit register of f32.
-const L: usize = 16;
+pub(super) const L: usize = 16;
 
 /// `L` channels of one voxel, the values the 2D transforms compute on: each operation runs lane
 /// by lane (vectorised), with the roundings of the scalar expressions.
 #[derive(Clone, Copy)]
-struct Lanes([f32; L]);
+pub(super) struct Lanes([f32; L]);
 
 impl Lanes {
     /// All lanes zero.
@@ -58,7 +58,7 @@ impl Lanes {
 
     /// The first `w` values of `v` (the other lanes zero), through a ReLU when `relu`.
     #[inline(always)]
-    fn load(v: &[f32], w: usize, relu: bool) -> Self {
+    pub(super) fn load(v: &[f32], w: usize, relu: bool) -> Self {
         // Element by element: a copy of variable length would be a memcpy call per block.
         let mut a = match v.get(..L).filter(|_| w == L) {
             Some(full) => <[f32; L]>::try_from(full).expect("L values"),
@@ -76,7 +76,7 @@ impl Lanes {
 
     /// The first `w` lanes into `dst`.
     #[inline(always)]
-    fn store(&self, dst: &mut [f32], w: usize) {
+    pub(super) fn store(&self, dst: &mut [f32], w: usize) {
         if w == L {
             let full: &mut [f32; L] = (&mut dst[..L]).try_into().expect("L values");
             *full = self.0;
@@ -148,7 +148,7 @@ pub fn transform_weights(p: &Conv3dParams, w: &[f32], out: &mut [f32]) {
 
 /// Padded plane `plane` of `input` (`g.len(c)`) into `out` (`[yx index][tile][c]`), read
 /// through a ReLU when `relu`; voxels beyond the plane count as zero.
-fn transform_input_plane(
+pub(super) fn transform_input_plane(
     kernels: Kernels,
     g: &Padded,
     c: usize,
@@ -325,7 +325,7 @@ pub fn forward_fused_with(
 /// block, one call of the SIMD product kernel over all tiles, its three tap rows the transformed
 /// planes `taps` (the input planes before, at and after the output plane).
 #[allow(clippy::too_many_arguments)]
-fn plane_products(
+pub(super) fn plane_products(
     kernels: Kernels,
     taps: [&[f32]; 3],
     tw: &[f32],
@@ -413,7 +413,7 @@ fn inverse_plane(g: &Padded, cout: usize, sums: &[f32], chunk: &mut [f32]) {
 /// The outputs of one interior plane from its sums ([`inverse_plane`]), then the bias, ReLU and
 /// residual of `fusion` ([`finish_plane`]): in one pass with the AVX-512 kernels (the same bits).
 #[allow(clippy::too_many_arguments)]
-fn inverse_and_finish(
+pub(super) fn inverse_and_finish(
     kernels: Kernels,
     g: &Padded,
     cout: usize,

@@ -16,7 +16,7 @@
 //! first call with a given batch size nothing is allocated.
 
 use crate::conv::winograd::{self, ConvAlgorithm, Fusion, WinogradScratch};
-use crate::conv::{Conv3dParams, Simd, bf16, fast, winograd2d};
+use crate::conv::{Conv3dParams, Simd, bf16, fast, winograd2d, winograd3d};
 use crate::error::CoreError;
 use crate::layers;
 use crate::model_spec::ModelConfig;
@@ -142,16 +142,20 @@ enum WinogradForward {
     TwoAxes,
     /// Direct bfloat16 products where they apply ([`bf16::applies`]), else F(4x4, 3x3).
     TwoAxesBf16,
+    /// F(4x4, 3x3) over y and x and F(4, 3) along z ([`winograd3d`]).
+    ThreeAxes,
 }
 
 impl WinogradForward {
-    /// The forward convs of `algorithm` (a training pass computes bf16 as float32).
+    /// The forward convs of `algorithm` (a training pass computes bf16 and winograd3d as
+    /// float32 F(4x4, 3x3)).
     fn of(algorithm: ConvAlgorithm, train: bool) -> Self {
         match algorithm {
             ConvAlgorithm::Direct | ConvAlgorithm::Winograd1d => Self::OneAxis,
             ConvAlgorithm::Winograd => Self::TwoAxes,
-            ConvAlgorithm::Bf16 if train => Self::TwoAxes,
+            ConvAlgorithm::Bf16 | ConvAlgorithm::Winograd3d if train => Self::TwoAxes,
             ConvAlgorithm::Bf16 => Self::TwoAxesBf16,
+            ConvAlgorithm::Winograd3d => Self::ThreeAxes,
         }
     }
 }
@@ -355,15 +359,30 @@ impl ConvStack3d {
                     let prepared = Some(&*prepared);
                     bf16::forward_fused(self.simd, &p, g, input, w, prepared, fusion, out, wino);
                 } else {
+                    // The three-axis weights start with the two-axis ones: either pass takes
+                    // what the other kept.
+                    let three = axes == WinogradForward::ThreeAxes;
+                    let need = if three {
+                        winograd3d::transformed_weights_len(&p)
+                    } else {
+                        winograd2d::transformed_weights_len(&p)
+                    };
                     let transformed = &mut kept.transformed;
-                    if transformed.is_empty() {
-                        transformed.resize(winograd2d::transformed_weights_len(&p), 0.0);
-                        winograd2d::transform_weights(&p, w, transformed);
+                    if transformed.len() < need {
+                        transformed.resize(need, 0.0);
+                        if three {
+                            winograd3d::transform_weights(&p, w, transformed);
+                        } else {
+                            winograd2d::transform_weights(&p, w, transformed);
+                        }
                     }
-                    let tw = Some(&transformed[..]);
-                    winograd2d::forward_fused_with(
-                        self.simd, &p, g, input, w, tw, fusion, out, wino,
-                    );
+                    let tw = Some(&transformed[..need]);
+                    let forward = if three {
+                        winograd3d::forward_fused_with
+                    } else {
+                        winograd2d::forward_fused_with
+                    };
+                    forward(self.simd, &p, g, input, w, tw, fusion, out, wino);
                 }
             } else {
                 winograd::forward_fused(self.simd, &p, g, input, w, fusion, out, wino);

@@ -179,9 +179,10 @@ impl<'g> TrainingRun<'g> {
             "report_every (--report-every): expected >= 1"
         );
         ensure!(
-            opts.conv != ConvAlgorithm::Bf16,
-            "conv (--conv): bf16 is a precision of inference; training computes in \
-             float32 (expected winograd, winograd1d or direct)"
+            !matches!(opts.conv, ConvAlgorithm::Bf16 | ConvAlgorithm::Winograd3d),
+            "conv (--conv): {} is an algorithm of inference only; training computes in \
+             float32 by winograd, winograd1d or direct (expected one of them)",
+            opts.conv.name()
         );
         let step_opts = StepOptions {
             schedule,
