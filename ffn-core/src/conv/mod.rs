@@ -30,6 +30,9 @@
 //! - [`winograd2d`]: 3x3x3 convs by Winograd F(4x4, 3x3) over y and x (36 multiply-adds where
 //!   direct needs 144), forward and weight gradients, in inference and training with
 //!   [`winograd::ConvAlgorithm::Winograd`] (the default).
+//! - [`winograd3d`]: the forward 3x3x3 convs by F(4x4, 3x3) over y and x and F(4, 3) along z (2x
+//!   fewer multiply-adds in the products than [`winograd2d`]), opt-in for inference with
+//!   [`winograd::ConvAlgorithm::Winograd3d`].
 
 /// `fn $name(kernels, args)`: calls the `#[inline(always)]` function `$inner` inlined into a
 /// function compiled for the instruction set of `kernels`, so that the lane arithmetic of the
