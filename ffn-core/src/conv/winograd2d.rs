@@ -31,6 +31,7 @@ pub use backward::backward_weights;
 use super::winograd::{self, Fusion, M, T, WinogradScratch};
 use super::{Conv3dParams, Kernels, Simd};
 use crate::tensor::Padded;
+use alloc::vec::Vec;
 
 /// Transformed values per 2D tile.
 pub(super) const TT: usize = T * T;
@@ -265,31 +266,32 @@ pub fn forward_fused_with(
     out: &mut [f32],
     scratch: &mut WinogradScratch,
 ) {
-    let (cin, cout) = (p.in_channels, p.out_channels);
-    let kernels = super::simd_kernels(cout, simd).filter(|_| p.voxels() > 0 && cin > 0);
-    let Some(kernels) = kernels else {
-        winograd::forward_fused(simd, p, g, input, weights, fusion, out, scratch);
+    let layout = (
+        transformed_weights_len(p),
+        transform_weights as WeightTransform,
+    );
+    let Some(prepared) = prepare(
+        simd,
+        p,
+        g,
+        input,
+        weights,
+        transformed,
+        fusion,
+        out,
+        scratch,
+        layout,
+    ) else {
         return;
     };
-    winograd::check_fused(p, g, input, fusion, out);
+    let Prepared {
+        kernels,
+        weights: tw,
+        sums,
+    } = prepared;
+    let (cin, cout) = (p.in_channels, p.out_channels);
     let ntiles = winograd::tiles(g.size[1]) * winograd::tiles(g.size[2]);
     let plane_len = TT * ntiles * cin;
-    let buffers = scratch.buffers();
-    let tw = match transformed {
-        Some(tw) => {
-            assert_eq!(
-                tw.len(),
-                transformed_weights_len(p),
-                "winograd2d: transformed weights"
-            );
-            tw
-        }
-        None => {
-            buffers.weights.resize(transformed_weights_len(p), 0.0);
-            transform_weights(p, weights, buffers.weights);
-            &buffers.weights[..]
-        }
-    };
     let plane = g.plane_voxels();
     let sums_len = ntiles * TT * cout;
     // Per thread: the plane sums, and the transformed tap planes idx - 1, idx, idx + 1 in a ring
@@ -299,7 +301,7 @@ pub fn forward_fused_with(
         g,
         cout,
         out,
-        buffers.sums,
+        sums,
         sums_len + 3 * plane_len,
         |idx, prev, zp, chunk, scratch| {
             let (sums, ring) = scratch.split_at_mut(sums_len);
@@ -319,6 +321,63 @@ pub fn forward_fused_with(
             g.zero_plane_border(chunk, zp, cout);
         },
     );
+}
+
+/// A weight transform: weights `[3, 3, 3, in, out]` of a conv into the form of its algorithm.
+pub(super) type WeightTransform = fn(&Conv3dParams, &[f32], &mut [f32]);
+
+/// What a SIMD forward pass starts from ([`prepare`]).
+pub(super) struct Prepared<'a> {
+    /// The SIMD kernels for the output width.
+    pub kernels: Kernels,
+    /// The transformed weights.
+    pub weights: &'a [f32],
+    /// The per-thread buffers of the pass.
+    pub sums: &'a mut Vec<f32>,
+}
+
+/// The start of a fused forward pass by F(4x4, 3x3) or [`super::winograd3d`]: where `simd` has
+/// no SIMD kernels for the output width, or the volume is empty, [`winograd::forward_fused`]
+/// computes the conv (by F(4, 3)) and `None` comes back; else the checks of
+/// [`winograd::check_fused`], and the transformed weights: `transformed` (which must hold
+/// `layout.0` values), or `weights` transformed by `layout.1` into the scratch.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn prepare<'a>(
+    simd: Simd,
+    p: &Conv3dParams,
+    g: &Padded,
+    input: &[f32],
+    weights: &[f32],
+    transformed: Option<&'a [f32]>,
+    fusion: Fusion<'_>,
+    out: &mut [f32],
+    scratch: &'a mut WinogradScratch,
+    (len, transform): (usize, WeightTransform),
+) -> Option<Prepared<'a>> {
+    let (cin, cout) = (p.in_channels, p.out_channels);
+    let kernels = super::simd_kernels(cout, simd).filter(|_| p.voxels() > 0 && cin > 0);
+    let Some(kernels) = kernels else {
+        winograd::forward_fused(simd, p, g, input, weights, fusion, out, scratch);
+        return None;
+    };
+    winograd::check_fused(p, g, input, fusion, out);
+    let buffers = scratch.buffers();
+    let weights = match transformed {
+        Some(tw) => {
+            assert_eq!(tw.len(), len, "winograd: transformed weights length");
+            tw
+        }
+        None => {
+            buffers.weights.resize(len, 0.0);
+            transform(p, weights, buffers.weights);
+            &buffers.weights[..]
+        }
+    };
+    Some(Prepared {
+        kernels,
+        weights,
+        sums: buffers.sums,
+    })
 }
 
 /// The sums `[tile][yx index][out]` of one output plane: for every yx index and 32-channel

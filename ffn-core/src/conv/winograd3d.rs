@@ -23,7 +23,7 @@
 //! three-axis transforms grow the values that are rounded: see the tests for the worst seen).
 
 use super::winograd::{self, Fusion, M, T, WinogradScratch};
-use super::winograd2d::{self, L, Lanes, TT};
+use super::winograd2d::{self, L, Lanes, Prepared, TT};
 use super::{Conv3dParams, Kernels, Simd};
 use crate::parallel;
 use crate::tensor::Padded;
@@ -179,29 +179,30 @@ pub fn forward_fused_with(
     out: &mut [f32],
     scratch: &mut WinogradScratch,
 ) {
-    let (cin, cout) = (p.in_channels, p.out_channels);
-    let kernels = super::simd_kernels(cout, simd).filter(|_| p.voxels() > 0 && cin > 0);
-    let Some(kernels) = kernels else {
-        winograd::forward_fused(simd, p, g, input, weights, fusion, out, scratch);
+    let layout = (
+        transformed_weights_len(p),
+        transform_weights as winograd2d::WeightTransform,
+    );
+    let Some(prepared) = winograd2d::prepare(
+        simd,
+        p,
+        g,
+        input,
+        weights,
+        transformed,
+        fusion,
+        out,
+        scratch,
+        layout,
+    ) else {
         return;
     };
-    winograd::check_fused(p, g, input, fusion, out);
-    let buffers = scratch.buffers();
-    let tw = match transformed {
-        Some(tw) => {
-            assert_eq!(
-                tw.len(),
-                transformed_weights_len(p),
-                "winograd3d: transformed weights"
-            );
-            tw
-        }
-        None => {
-            buffers.weights.resize(transformed_weights_len(p), 0.0);
-            transform_weights(p, weights, buffers.weights);
-            &buffers.weights[..]
-        }
-    };
+    let Prepared {
+        kernels,
+        weights: tw,
+        sums: buffers,
+    } = prepared;
+    let (cin, cout) = (p.in_channels, p.out_channels);
     let (tw2, tw3) = tw.split_at(winograd2d::transformed_weights_len(p));
     let ntiles = winograd::tiles(g.size[1]) * winograd::tiles(g.size[2]);
     let sizes = ThreadBuffers {
@@ -222,50 +223,43 @@ pub fn forward_fused_with(
         _ => planes * plane_len,
     };
     let sz = g.size[0];
-    buffers.sums.resize(threads * sizes.len(), 0.0);
+    buffers.resize(threads * sizes.len(), 0.0);
     let len = sizes.len();
-    parallel::for_each_region_pair_mut(
-        out,
-        threads,
-        bound,
-        buffers.sums,
-        len,
-        |th, region, buf| {
-            let first = bound(th) / plane_len;
-            for (i, chunk) in region.chunks_exact_mut(plane_len).enumerate() {
-                let zp = (first + i) % units.dz;
-                if zp < g.pad || zp >= g.pad + sz {
-                    chunk.fill(0.0);
-                }
+    parallel::for_each_region_pair_mut(out, threads, bound, buffers, len, |th, region, buf| {
+        let first = bound(th) / plane_len;
+        for (i, chunk) in region.chunks_exact_mut(plane_len).enumerate() {
+            let zp = (first + i) % units.dz;
+            if zp < g.pad || zp >= g.pad + sz {
+                chunk.fill(0.0);
             }
-            let mut ring = Ring::new(sizes.split(buf));
-            let ctx = Pass {
-                kernels,
-                g,
-                cin,
-                cout,
-                ntiles,
-                input,
-                relu_input: fusion.relu_input,
-            };
-            for u in units.start(th, threads)..units.start(th + 1, threads) {
-                let (z0, n) = units.get(u);
-                if n == MZ {
-                    ring.z_tile_sums(&ctx, z0, tw3);
-                } else {
-                    ring.plane_sums(&ctx, z0, tw2);
-                }
-                for m in 0..n {
-                    let q = z0 + m;
-                    let chunk = &mut region[(q - first) * plane_len..][..plane_len];
-                    let residual = fusion.residual.map(|r| &r[q * plane_len..][..plane_len]);
-                    let sums = &ring.sums[m * sizes.sums..][..sizes.sums];
-                    winograd2d::inverse_and_finish(kernels, g, cout, sums, fusion, residual, chunk);
-                    g.zero_plane_border(chunk, q % units.dz, cout);
-                }
+        }
+        let mut ring = Ring::new(sizes.split(buf));
+        let ctx = Pass {
+            kernels,
+            g,
+            cin,
+            cout,
+            ntiles,
+            input,
+            relu_input: fusion.relu_input,
+        };
+        for u in units.start(th, threads)..units.start(th + 1, threads) {
+            let (z0, n) = units.get(u);
+            if n == MZ {
+                ring.z_tile_sums(&ctx, z0, tw3);
+            } else {
+                ring.plane_sums(&ctx, z0, tw2);
             }
-        },
-    );
+            for m in 0..n {
+                let q = z0 + m;
+                let chunk = &mut region[(q - first) * plane_len..][..plane_len];
+                let residual = fusion.residual.map(|r| &r[q * plane_len..][..plane_len]);
+                let sums = &ring.sums[m * sizes.sums..][..sizes.sums];
+                winograd2d::inverse_and_finish(kernels, g, cout, sums, fusion, residual, chunk);
+                g.zero_plane_border(chunk, q % units.dz, cout);
+            }
+        }
+    });
 }
 
 /// Lengths of the per-thread buffers of one pass.
