@@ -1,6 +1,7 @@
 //! A warm forward pass and a warm training step allocate nothing: every buffer is planned on the
-//! first call for a batch shape and reused. A counting global allocator checks it, for both
-//! convolution algorithms (the forward pass of `Winograd3d` too). (One test in this binary, so no other test allocates meanwhile.)
+//! first call for a batch shape and reused. A counting global allocator checks it, for every
+//! convolution algorithm (training passes under the inference-only `Winograd3d` and `Bf16` compute
+//! as `Winograd`). (One test in this binary, so no other test allocates meanwhile.)
 
 use ffn_core::conv::winograd::ConvAlgorithm;
 use ffn_core::model_spec::ModelConfig;
@@ -76,6 +77,7 @@ fn check_passes() {
         ConvAlgorithm::Direct,
         ConvAlgorithm::Winograd1d,
         ConvAlgorithm::Winograd3d,
+        ConvAlgorithm::Bf16,
     ] {
         net.set_conv_algorithm(algorithm);
         for _ in 0..2 {

@@ -178,7 +178,41 @@ pub fn encode_checkpoint(ckpt: &Checkpoint) -> Result<Vec<u8>, String> {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    safetensors::serialize(views, Some(meta)).map_err(|e| e.to_string())
+    let bytes = safetensors::serialize(views, Some(meta)).map_err(|e| e.to_string())?;
+    with_sorted_header(bytes)
+}
+
+/// Rewrites the JSON header of safetensors bytes with its keys sorted, so that one checkpoint
+/// always gives the same bytes (`safetensors` writes the metadata map in hash order, which differs
+/// between runs). The sorted header has the same length, so the data offsets stay valid.
+fn with_sorted_header(mut bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    let len_bytes: [u8; 8] = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or("safetensors output shorter than its header length")?;
+    let len = usize::try_from(u64::from_le_bytes(len_bytes))
+        .ok()
+        .filter(|&n| 8 + n <= bytes.len())
+        .ok_or("safetensors header length exceeds the output")?;
+    let header = &bytes[8..8 + len];
+    // BTreeMaps serialise their keys in order (serde_json's own map may keep insertion order).
+    let mut entries: BTreeMap<String, Value> =
+        serde_json::from_slice(header).map_err(|e| format!("header: {e}"))?;
+    if let Some(meta) = entries.get_mut("__metadata__") {
+        let sorted_meta: BTreeMap<String, Value> =
+            serde_json::from_value(meta.take()).map_err(|e| format!("header metadata: {e}"))?;
+        *meta = json!(sorted_meta);
+    }
+    let sorted = serde_json::to_vec(&entries).map_err(|e| format!("header: {e}"))?;
+    let json_len = header.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
+    if sorted.len() != json_len {
+        return Err(format!(
+            "header: sorting changed its length ({json_len} to {} bytes)",
+            sorted.len()
+        ));
+    }
+    bytes[8..8 + json_len].copy_from_slice(&sorted);
+    Ok(bytes)
 }
 
 /// Parses the bytes of a checkpoint file (`path` is only used in error messages).
@@ -717,6 +751,35 @@ mod tests {
             "{e}"
         );
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn one_checkpoint_always_gives_the_same_bytes() {
+        let c = sample(2, 3);
+        let first = encode_checkpoint(&c).unwrap();
+        for _ in 0..8 {
+            assert!(encode_checkpoint(&c).unwrap() == first, "other bytes");
+        }
+        let (_, header) = SafeTensors::read_metadata(&first).unwrap();
+        let n = u64::from_le_bytes(first[..8].try_into().unwrap()) as usize;
+        let text = std::str::from_utf8(&first[8..8 + n]).unwrap();
+        let mut by_position: Vec<(usize, &str)> = header
+            .metadata()
+            .as_ref()
+            .unwrap()
+            .keys()
+            .map(|k| (text.find(&format!("\"{k}\":")).unwrap(), k.as_str()))
+            .collect();
+        by_position.sort_unstable();
+        let in_file: Vec<&str> = by_position.iter().map(|&(_, k)| k).collect();
+        let mut sorted = in_file.clone();
+        sorted.sort_unstable();
+        assert_eq!(in_file.len(), 8);
+        assert_eq!(in_file, sorted, "metadata keys in file order");
+        assert_eq!(
+            decode_checkpoint(Path::new("c.safetensors"), &first).unwrap(),
+            c
+        );
     }
 
     #[test]

@@ -175,10 +175,15 @@ pub fn forward_fused(
                 let x = if fusion.relu_input { x.max(0.0) } else { x };
                 round(x)
             }));
-            let bias = fusion
-                .bias
-                .map_or_else(|| vec![0.0; p.out_channels], <[f32]>::to_vec);
-            fast::forward(simd, p, g, rounded_input, rounded, &bias, fusion.relu, out);
+            let zeros;
+            let bias = match fusion.bias {
+                Some(bias) => bias,
+                None => {
+                    zeros = vec![0.0; p.out_channels];
+                    &zeros
+                }
+            };
+            fast::forward(simd, p, g, rounded_input, rounded, bias, fusion.relu, out);
             if let Some(r) = fusion.residual {
                 out.iter_mut().zip(r).for_each(|(o, r)| *o += r);
             }
