@@ -66,8 +66,7 @@ pub struct NetArgs {
     /// (F(4,3) for all), `direct` or `bf16` (`winograd`, but the forward convs with 32k channels
     /// computed directly from inputs and weights rounded to bfloat16: AMX where the CPU has it,
     /// else emulated; `bench train` computes it as `winograd`) or `winograd3d` (`winograd`, but
-    /// the forward convs by Winograd over all three axes; `bench train` computes it as
-    /// `winograd`). With a Winograd algorithm or `bf16` the result is also compared with
+    /// the forward convs and input gradients by Winograd over all three axes). With a Winograd algorithm or `bf16` the result is also compared with
     /// `direct`.
     #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     conv: ConvAlgorithm,
@@ -163,12 +162,11 @@ fn run_net(a: &NetArgs, train: bool) -> Result<()> {
     Ok(())
 }
 
-/// What ran the products of `--conv bf16`, and what training computes for the algorithms of
-/// inference (empty for the other algorithms).
+/// What ran the products of `--conv bf16`, and that training computes it in float32 (empty for
+/// the other algorithms).
 fn algorithm_note(conv: ConvAlgorithm, train: bool) -> String {
     match conv {
         ConvAlgorithm::Bf16 if train => " (training computes in float32)".into(),
-        ConvAlgorithm::Winograd3d if train => " (training computes as winograd)".into(),
         ConvAlgorithm::Bf16 => format!(
             ", bfloat16 products: {}",
             ffn_core::conv::bf16::products_name()

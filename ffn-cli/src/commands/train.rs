@@ -162,8 +162,11 @@ pub struct Args {
     /// F(4x4,3x3) in y and x, 4x fewer multiply-adds than direct; weight gradients by F(4,3)
     /// along x, about 1.8x fewer;
     /// rounding differences of order 1e-7; with AVX2 or AVX-512 for layers of 32k channels, the
-    /// others run direct), `winograd1d` (F(4,3) everywhere) or `direct` (`bf16` and
-    /// `winograd3d`, algorithms of inference, are refused).
+    /// others run direct), `winograd3d` (`winograd`, but forward passes and input gradients by
+    /// Winograd over all three axes: 2x fewer multiply-adds in their products, other rounding),
+    /// `winograd1d` (F(4,3) everywhere) or `direct` (`bf16`, a precision of inference, is
+    /// refused). Not part of the run's identity: a run may resume under another algorithm (its
+    /// bits then follow that algorithm).
     #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
     pub conv: ffn_core::conv::winograd::ConvAlgorithm,
     /// Data-parallel training (`--comm`, `--lr-scaling`, `--timeline`, ...).

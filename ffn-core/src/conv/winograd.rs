@@ -62,10 +62,11 @@ pub enum ConvAlgorithm {
     /// float32). Opt-in: segmentations differ from float32's. Training (forward and backward)
     /// computes as [`ConvAlgorithm::Winograd`].
     Bf16,
-    /// [`ConvAlgorithm::Winograd`], but the 3x3x3 forward convs of inference by Winograd over
-    /// all three axes ([`super::winograd3d`]: F(4x4, 3x3) over y and x, F(4, 3) along z; 2x fewer
-    /// multiply-adds in the products than F(4x4, 3x3)). Opt-in: its rounding differs from
-    /// [`ConvAlgorithm::Winograd`]'s. Training computes as [`ConvAlgorithm::Winograd`].
+    /// [`ConvAlgorithm::Winograd`], but the 3x3x3 forward convs and input gradients by Winograd
+    /// over all three axes ([`super::winograd3d`]: F(4x4, 3x3) over y and x, F(4, 3) along z; 2x
+    /// fewer multiply-adds in the products than F(4x4, 3x3)); the weight gradients as
+    /// [`ConvAlgorithm::Winograd`]'s. Opt-in: its rounding differs from
+    /// [`ConvAlgorithm::Winograd`]'s.
     Winograd3d,
 }
 
@@ -83,7 +84,7 @@ impl ConvAlgorithm {
     }
 
     /// Whether the forward convs run by F(4x4, 3x3) (where [`ConvAlgorithm::Bf16`] and
-    /// [`ConvAlgorithm::Winograd3d`] do not apply) and the gradients by the two-axis algorithms
+    /// [`ConvAlgorithm::Winograd3d`] do not apply) and the weight gradients by F(4x4, 3x3)
     /// ([`ConvAlgorithm::Winograd`], [`ConvAlgorithm::Bf16`], [`ConvAlgorithm::Winograd3d`]).
     pub fn two_axes(self) -> bool {
         matches!(self, Self::Winograd | Self::Bf16 | Self::Winograd3d)

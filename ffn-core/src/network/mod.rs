@@ -147,13 +147,12 @@ enum WinogradForward {
 }
 
 impl WinogradForward {
-    /// The forward convs of `algorithm` (a training pass computes bf16 and winograd3d as
-    /// float32 F(4x4, 3x3)).
+    /// The forward convs of `algorithm` (a training pass computes bf16 as float32 F(4x4, 3x3)).
     fn of(algorithm: ConvAlgorithm, train: bool) -> Self {
         match algorithm {
             ConvAlgorithm::Direct | ConvAlgorithm::Winograd1d => Self::OneAxis,
             ConvAlgorithm::Winograd => Self::TwoAxes,
-            ConvAlgorithm::Bf16 | ConvAlgorithm::Winograd3d if train => Self::TwoAxes,
+            ConvAlgorithm::Bf16 if train => Self::TwoAxes,
             ConvAlgorithm::Bf16 => Self::TwoAxesBf16,
             ConvAlgorithm::Winograd3d => Self::ThreeAxes,
         }
@@ -614,8 +613,10 @@ impl ConvStack3d {
                 out_channels: p.in_channels,
                 ..p
             };
-            if self.winograd(&back) && self.algorithm.two_axes() {
-                let plain = Fusion::default();
+            let plain = Fusion::default();
+            if self.winograd(&back) && self.algorithm == ConvAlgorithm::Winograd3d {
+                winograd3d::forward_fused(self.simd, &back, g, gout, f, plain, gin, wino);
+            } else if self.winograd(&back) && self.algorithm.two_axes() {
                 winograd2d::forward_fused(self.simd, &back, g, gout, f, plain, gin, wino);
             } else if self.winograd(&back) {
                 winograd::forward(self.simd, &back, g, gout, f, None, false, gin, wino);

@@ -119,7 +119,9 @@ fn forward_matches_reference_composition_and_buffers_are_reused_safely() {
 
 /// At 32 features the SIMD kernels run (where AVX2 is present): every algorithm, inference (fused
 /// ReLU and residual) and training forward, against the reference composition; the gradients of
-/// Winograd (F(4x4, 3x3)) and Winograd1d (F(4, 3)) agree with direct's.
+/// Winograd (F(4x4, 3x3)), Winograd1d (F(4, 3)) and Winograd3d (forward and input gradients
+/// over three axes: 5 planes per volume make a z tile and a plane left over) agree with
+/// direct's.
 #[test]
 fn both_conv_algorithms_match_the_reference_at_32_features() {
     let cfg = ModelConfig {
@@ -139,6 +141,7 @@ fn both_conv_algorithms_match_the_reference_at_32_features() {
         ConvAlgorithm::Winograd,
         ConvAlgorithm::Direct,
         ConvAlgorithm::Winograd1d,
+        ConvAlgorithm::Winograd3d,
     ] {
         net.set_conv_algorithm(algorithm);
         net.release_buffers();
@@ -159,7 +162,16 @@ fn both_conv_algorithms_match_the_reference_at_32_features() {
     }
     let scale = grads[1].iter().fold(0.0f32, |m, v| m.max(v.abs()));
     assert!(scale > 0.0);
-    for (name, g) in [("Winograd", &grads[0]), ("Winograd1d", &grads[2])] {
+    assert_ne!(
+        grads[3], grads[0],
+        "Winograd3d's own passes ran in training"
+    );
+    let others = [
+        ("Winograd", &grads[0]),
+        ("Winograd1d", &grads[2]),
+        ("Winograd3d", &grads[3]),
+    ];
+    for (name, g) in others {
         assert_close(
             &alloc::format!("{name} vs direct gradients"),
             g,

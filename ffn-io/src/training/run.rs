@@ -179,9 +179,9 @@ impl<'g> TrainingRun<'g> {
             "report_every (--report-every): expected >= 1"
         );
         ensure!(
-            !matches!(opts.conv, ConvAlgorithm::Bf16 | ConvAlgorithm::Winograd3d),
+            opts.conv != ConvAlgorithm::Bf16,
             "conv (--conv): {} is an algorithm of inference only; training computes in \
-             float32 by winograd, winograd1d or direct (expected one of them)",
+             float32 by winograd, winograd3d, winograd1d or direct (expected one of them)",
             opts.conv.name()
         );
         let step_opts = StepOptions {
