@@ -61,14 +61,14 @@ pub struct NetArgs {
     /// Seed of the weights and the synthetic batch.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Convolution algorithm of the 3x3x3 layers: `winograd` (forward passes and input
-    /// gradients by F(4x4,3x3) in y and x, weight gradients by F(4,3) along x), `winograd1d`
-    /// (F(4,3) for all), `direct` or `bf16` (`winograd`, but the forward convs with 32k channels
-    /// computed directly from inputs and weights rounded to bfloat16: AMX where the CPU has it,
-    /// else emulated; `bench train` computes it as `winograd`) or `winograd3d` (`winograd`, but
-    /// the forward convs and input gradients by Winograd over all three axes). With a Winograd algorithm or `bf16` the result is also compared with
-    /// `direct`.
-    #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
+    /// Convolution algorithm of the 3x3x3 layers: `winograd3d` (the default: forward convs and
+    /// input gradients by Winograd over all three axes, weight gradients by F(4x4,3x3)),
+    /// `winograd` (F(4x4,3x3) in y and x for all three), `winograd1d` (F(4,3) along x), `direct`
+    /// or `bf16` (`winograd`, but the forward convs with 32k channels computed directly from
+    /// inputs and weights rounded to bfloat16: AMX where the CPU has it, else emulated; `bench
+    /// train` computes it as `winograd`). With a Winograd algorithm or `bf16` the result is also
+    /// compared with `direct`.
+    #[arg(long, default_value = "winograd3d", value_parser = crate::args::parse_conv_algorithm)]
     conv: ConvAlgorithm,
     /// Skip the comparison with `direct` (e.g. when profiling the timed calls alone).
     #[arg(long)]

@@ -67,17 +67,14 @@ pub struct Args {
     /// Size of the box to segment, x,y,z (with --offset).
     #[arg(long)]
     pub size: Option<String>,
-    /// Convolution algorithm of the 3x3x3 layers: `winograd` (forward passes and input gradients by
-    /// F(4x4,3x3) in y and x, 4x fewer multiply-adds than direct; weight gradients by F(4,3)
-    /// along x, about 1.8x fewer;
-    /// rounding differences of order 1e-7; with AVX2 or AVX-512 for layers of 32k channels, the
-    /// others run direct), `winograd1d` (F(4,3) everywhere), `direct`, or `bf16` (opt-in:
-    /// `winograd`, but the convs with 32k channels computed directly from inputs and weights
-    /// rounded to bfloat16, by AMX tile products where the CPU has them, else emulated; faster
-    /// with AMX; segmentations differ from float32's), or `winograd3d` (opt-in: `winograd`, but
-    /// the forward convs by Winograd over all three axes, F(4,3) along z too: 2x fewer products,
-    /// other roundings).
-    #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
+    /// Convolution algorithm of the 3x3x3 layers: `winograd3d` (the default: Winograd over all
+    /// three axes, F(4x4,3x3) in y and x and F(4,3) along z, for layers of 32k channels where AVX2
+    /// or AVX-512 runs it, the others direct; Google's FIB-25 segmentation within adapted Rand
+    /// error 2.2e-6), `winograd` (F(4x4,3x3) in y and x: Google's FIB-25 segmentation voxel for
+    /// voxel), `winograd1d` (F(4,3) along x), `direct` (every multiply-add), or `bf16` (opt-in: the
+    /// convs with 32k channels from inputs and weights rounded to bfloat16, by AMX tile products
+    /// where the CPU has them, else emulated; segmentations differ from float32's).
+    #[arg(long, default_value = "winograd3d", value_parser = crate::args::parse_conv_algorithm)]
     pub conv: ffn_core::conv::winograd::ConvAlgorithm,
     /// Communicator backend: local (one rank), shm, zmq or hier (under `ffn launch -n N`), mpi (under mpirun).
     #[arg(long, default_value = "local")]

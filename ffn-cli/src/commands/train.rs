@@ -158,16 +158,13 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
-    /// Convolution algorithm of the 3x3x3 layers: `winograd` (forward passes and input gradients by
-    /// F(4x4,3x3) in y and x, 4x fewer multiply-adds than direct; weight gradients by F(4,3)
-    /// along x, about 1.8x fewer;
-    /// rounding differences of order 1e-7; with AVX2 or AVX-512 for layers of 32k channels, the
-    /// others run direct), `winograd3d` (`winograd`, but forward passes and input gradients by
-    /// Winograd over all three axes: 2x fewer multiply-adds in their products, other rounding),
-    /// `winograd1d` (F(4,3) everywhere) or `direct` (`bf16`, a precision of inference, is
-    /// refused). Not part of the run's identity: a run may resume under another algorithm (its
-    /// bits then follow that algorithm).
-    #[arg(long, default_value = "winograd", value_parser = crate::args::parse_conv_algorithm)]
+    /// Convolution algorithm of the 3x3x3 layers: `winograd3d` (the default: forward passes and
+    /// input gradients by Winograd over all three axes, F(4x4,3x3) in y and x and F(4,3) along z,
+    /// weight gradients by F(4x4,3x3); for layers of 32k channels where AVX2 or AVX-512 runs
+    /// it, the others direct), `winograd` (F(4x4,3x3) for all three), `winograd1d` (F(4,3)
+    /// along x) or `direct` (`bf16`, a precision of inference, is refused). Not part of the run's
+    /// identity: a run may resume under another algorithm (its bits then follow that algorithm).
+    #[arg(long, default_value = "winograd3d", value_parser = crate::args::parse_conv_algorithm)]
     pub conv: ffn_core::conv::winograd::ConvAlgorithm,
     /// Data-parallel training (`--comm`, `--lr-scaling`, `--timeline`, ...).
     #[command(flatten)]

@@ -24,15 +24,15 @@
 //!   The weight gradients accumulate in registers by the same tile shapes
 //!   instead of GEMM calls, so a warm training step allocates nothing.
 //! - [`winograd`]: 3x3x3 convs by Winograd F(4, 3) along x (forward, input gradient and weight
-//!   gradient), 6 multiply-adds where the direct sum needs 12; the network's default
-//!   ([`winograd::ConvAlgorithm`]). Tested against the reference with a tolerance scaled to the
+//!   gradient), 6 multiply-adds where the direct sum needs 12; its [`winograd::ConvAlgorithm`]
+//!   chooses the network's algorithm. Tested against the reference with a tolerance scaled to the
 //!   sum of absolute terms.
 //! - [`winograd2d`]: 3x3x3 convs by Winograd F(4x4, 3x3) over y and x (36 multiply-adds where
 //!   direct needs 144), forward and weight gradients, in inference and training with
-//!   [`winograd::ConvAlgorithm::Winograd`] (the default).
+//!   [`winograd::ConvAlgorithm::Winograd`]; the weight gradients under the default too.
 //! - [`winograd3d`]: the forward 3x3x3 convs by F(4x4, 3x3) over y and x and F(4, 3) along z (2x
-//!   fewer multiply-adds in the products than [`winograd2d`]), opt-in for inference with
-//!   [`winograd::ConvAlgorithm::Winograd3d`].
+//!   fewer multiply-adds in the products than [`winograd2d`]) and, in training, the input
+//!   gradients, with [`winograd::ConvAlgorithm::Winograd3d`] (the default).
 
 /// `fn $name(kernels, args)`: calls the `#[inline(always)]` function `$inner` inlined into a
 /// function compiled for the instruction set of `kernels`, so that the lane arithmetic of the

@@ -2,7 +2,8 @@
 //! multiply-adds per 16 outputs and `(z tap, input channel)` where the direct sum needs 144 (4x
 //! fewer; F(4, 3) along x alone saves 2x, see [`super::winograd`]): the forward passes of
 //! inference and training, the input gradients and (by the transposed algorithm, [`backward`])
-//! the weight gradients under [`super::winograd::ConvAlgorithm::Winograd`], the default.
+//! the weight gradients under [`super::winograd::ConvAlgorithm::Winograd`] (and the weight
+//! gradients under the default [`super::winograd::ConvAlgorithm::Winograd3d`]).
 //!
 //! # Implementation
 //! 1. Every padded plane of the input is cut into tiles of 6 x 6 voxels (y, x) at a step of 4 and

@@ -2,8 +2,8 @@
 //! [`super::winograd2d`], and F(4, 3) along z on top of it. Per tile of 4 output planes and yx
 //! index, six products (one per transformed z component) where the two-axis algorithm needs
 //! twelve (three z taps for each of four planes): 2x fewer multiply-adds in the products, 8x
-//! fewer than direct summation. Opt-in ([`super::winograd::ConvAlgorithm::Winograd3d`]) for the
-//! forward convs of inference.
+//! fewer than direct summation. The default ([`super::winograd::ConvAlgorithm::Winograd3d`]) for
+//! the forward convs of inference and training and for the input gradients.
 //!
 //! # Implementation
 //! 1. The interior planes of every volume are cut, from the first, into z tiles of 4 output

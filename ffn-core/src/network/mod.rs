@@ -297,7 +297,7 @@ impl ConvStack3d {
     }
 
     /// How the 3x3x3 convolutions of the forward pass and of the input gradients are computed
-    /// (default [`ConvAlgorithm::Winograd`]).
+    /// (default [`ConvAlgorithm::Winograd3d`]).
     pub fn conv_algorithm(&self) -> ConvAlgorithm {
         self.algorithm
     }

@@ -594,7 +594,7 @@ mod tests {
         let s = &report.summary;
         assert_eq!(s["size_xyz"], serde_json::json!([14, 13, 12]));
         assert_eq!(s["seed_policy"], "grid");
-        assert_eq!(s["conv"], "winograd");
+        assert_eq!(s["conv"], "winograd3d");
         assert_eq!(s["counters"]["segments"], s["segments"]);
         assert_eq!(report.origins.len(), seg.origins.len());
         let path = default_info_path(&run.options.out);
