@@ -7,6 +7,10 @@
 #
 #   bash scripts/fib25-select.sh RUN_DIR [extra `ffn bench learn` flags, e.g. --every 4]
 #
+# Candidates are scored at the inference settings recorded with the shipped model
+# (models/ffn-rs-fib25: segment threshold, min segment size), so that their scores compare with
+# its own; flags given after RUN_DIR override them (`--segment-threshold 0.6` for google/ffn's).
+#
 # RUN_DIR is a training run's folder (or any folder with checkpoints/ckpt-STEP.safetensors, e.g. a
 # shipped model copied there). Results are cached in RUN_DIR/selection/ (`ffn bench learn` only
 # scores checkpoints it has not scored before); the full 250^3 volume is made once in
@@ -19,10 +23,24 @@ ffn=${FFN:-target/release/ffn}
 bash scripts/fib25-full-volume.sh
 full=runs/eval/full.h5
 source scripts/fib25-boxes.sh
+# The shipped model's recorded settings, unless a flag given here sets the same option.
+shipped_settings=()
+while read -r flag value; do
+  [[ " $* " == *" $flag "* ]] || shipped_settings+=("$flag" "$value")
+done < <("$ffn" inspect --json models/ffn-rs-fib25/model.safetensors | python3 -c '
+import json, sys
+tc = json.load(sys.stdin)["metadata"]["training_config"]
+tc = json.loads(tc) if isinstance(tc, str) else tc
+d = tc.get("inference_defaults") or {}
+for key in ("segment_threshold", "min_segment_size", "move_threshold"):
+    if key in d:
+        print("--" + key.replace("_", "-"), round(d[key], 6))')
+echo "scoring at: ${shipped_settings[*]} $*" >&2
 for box in "${selection_boxes[@]}"; do
   "$ffn" bench learn --run "$run" --image "$full:image" --labels "$full:labels" --offset "$box" \
     --size 80,80,80 --heldout-z 150 --context 24 --out "$run/selection/$box" \
-    --reference-segmentation data/google-fib25/segmentation.h5:segmentation "$@" >/dev/null
+    --reference-segmentation data/google-fib25/segmentation.h5:segmentation \
+    "${shipped_settings[@]}" "$@" >/dev/null
 done
 # learning.csv per box: model,step,...,adapted_rand_error (10th field); one line per checkpoint and
 # one "published" line (Google's segmentation).
