@@ -1,7 +1,7 @@
 //! A warm forward pass and a warm training step allocate nothing: every buffer is planned on the
 //! first call for a batch shape and reused. A counting global allocator checks it, for every
-//! convolution algorithm (training passes under the inference-only `Winograd3d` and `Bf16` compute
-//! as `Winograd`). (One test in this binary, so no other test allocates meanwhile.)
+//! convolution algorithm (training passes under `Bf16`, a precision of inference, compute as
+//! `Winograd`). (One test in this binary, so no other test allocates meanwhile.)
 
 use ffn_core::conv::winograd::ConvAlgorithm;
 use ffn_core::model_spec::ModelConfig;
