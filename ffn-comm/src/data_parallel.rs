@@ -12,6 +12,7 @@
 //! - compares parameter checksums every `--checksum-every` steps and at the end;
 //! - gathers every rank's example state into rank 0's checkpoints so that `--resume` continues
 //!   exactly on the same number of ranks, and restarts the examples on another number;
+//! - sums every rank's confusion counts for the metrics in the log — [`metrics`];
 //! - records a Chrome-trace timeline (`--timeline`) — [`timeline`].
 //!
 //! Without `--comm` (and outside `mpirun`) nothing changes: a group of one, no thread, the plain
@@ -19,6 +20,7 @@
 
 pub mod comm_thread;
 pub mod consistency;
+pub mod metrics;
 pub mod scaling;
 pub mod state;
 pub mod step;

@@ -121,15 +121,35 @@ fn two_local_ranks_train_through_the_same_call() {
         max_steps: 4,
         ..options(dir.path(), "two")
     };
+    let rows = std::sync::Mutex::new(Vec::new());
     let s = train(
         &opts,
         &DataParallelOptions::over(Backend::Local, 2),
-        |_, _| {},
+        |_, outcome| {
+            if let Some(row) = &outcome.row {
+                rows.lock().unwrap().push(row.clone());
+            }
+        },
     )
     .unwrap();
     let ck = load_checkpoint(&s.checkpoint).unwrap();
     assert_eq!(ck.step, 4);
     assert_eq!(ck.training_config["distributed"]["world_size"], 2);
+    // The metrics are those of both ranks' examples: both ranks report the same rows.
+    let rows = rows.into_inner().unwrap();
+    assert_eq!(rows.len(), 4, "two reports on each of two ranks");
+    let metrics = |step| {
+        rows.iter()
+            .filter(|r| r.step == step)
+            .map(|r| (r.loss, r.precision, r.recall, r.f1, r.accuracy, r.examples))
+            .collect::<Vec<_>>()
+    };
+    for step in [2, 4] {
+        let at = metrics(step);
+        assert_eq!(at.len(), 2, "step {step}");
+        assert_eq!(at[0], at[1], "step {step}");
+    }
+    assert!(rows.iter().all(|r| r.examples > 0), "{rows:?}");
 }
 
 #[test]

@@ -406,6 +406,12 @@ impl Trainer {
         self.tracker.take()
     }
 
+    /// The confusion counts and loss sums of the current window, and starts a new one (for
+    /// metrics over several trainers, e.g. the ranks of a data-parallel group).
+    pub fn take_tracker(&mut self) -> Tracker {
+        core::mem::take(&mut self.tracker)
+    }
+
     /// The metrics of the current window so far.
     pub fn metrics(&self) -> Metrics {
         self.tracker.metrics()

@@ -449,7 +449,11 @@ impl<'g> TrainingRun<'g> {
         self.group.check_weights(step, self.net.params(), false)?;
         let mut row = None;
         if step.is_multiple_of(self.opts.report_every) {
-            let m = self.trainer.take_metrics();
+            // Every rank's examples of the window, so every rank reports the same row.
+            let m = self
+                .group
+                .sum_tracker(self.trainer.take_tracker())?
+                .metrics();
             let secs = self.window.0.elapsed().as_secs_f64().max(1e-9);
             let fovs = self.window.1 * (self.opts.batch_size * self.group.size()) as u64;
             let r = LogRow {
