@@ -1,70 +1,39 @@
 //! A short `ffn train` run on synthetic data learns: the loss falls and F1 rises well above the start.
 
 use std::process::Command;
+use std::time::Duration;
 
-fn ok(args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ffn"))
-        .args(args)
-        .output()
-        .expect("running ffn");
-    assert!(
-        out.status.success(),
-        "ffn {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+mod support;
+use support::train_data;
+
+/// The run takes well under a minute alone; a hang is a failure.
+const LIMIT: Duration = Duration::from_secs(600);
 
 #[test]
 fn loss_falls_and_f1_rises_on_synthetic_data() {
     let dir = tempfile::tempdir().unwrap();
-    let h5 = dir.path().join("s.h5").display().to_string();
-    let coords = dir.path().join("s.coords").display().to_string();
+    let data = train_data::make(
+        dir.path(),
+        &train_data::Recipe {
+            synth: &[
+                "--shape",
+                "64,64,64",
+                "--neurites",
+                "30",
+                "--radius-min",
+                "4",
+                "--radius-max",
+                "9",
+                "--seed",
+                "2",
+            ],
+            partitions: &["--lom-radius", "8", "--min-size", "500"],
+            coordinates: &["--margin", "8", "--max-per-class", "20000"],
+        },
+    );
     let out = dir.path().join("run").display().to_string();
-    ok(&[
-        "synth",
-        "--out",
-        &h5,
-        "--shape",
-        "64,64,64",
-        "--neurites",
-        "30",
-        "--radius-min",
-        "4",
-        "--radius-max",
-        "9",
-        "--seed",
-        "2",
-    ]);
-    ok(&[
-        "partitions",
-        "--labels",
-        &format!("{h5}:labels"),
-        "--out",
-        &format!("{h5}:af"),
-        "--lom-radius",
-        "8",
-        "--min-size",
-        "500",
-    ]);
-    ok(&[
-        "coordinates",
-        "--partitions",
-        &format!("s:{h5}:af"),
-        "--out",
-        &coords,
-        "--margin",
-        "8",
-        "--max-per-class",
-        "20000",
-    ]);
-    ok(&[
-        "train",
-        "--image",
-        &format!("s:{h5}:image"),
-        "--labels",
-        &format!("s:{h5}:labels"),
-        "--coords",
-        &coords,
+    let mut train = Command::new(support::FFN);
+    train.arg("train").args(&data).args([
         "--out",
         &out,
         "--depth",
@@ -93,6 +62,7 @@ fn loss_falls_and_f1_rises_on_synthetic_data() {
         "50",
         "--quiet",
     ]);
+    support::ok(&support::run(train, LIMIT), "ffn train");
     let log = std::fs::read_to_string(dir.path().join("run/train_log.csv")).unwrap();
     let rows: Vec<Vec<f64>> = log
         .lines()

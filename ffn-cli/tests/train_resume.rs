@@ -7,6 +7,9 @@ use std::process::Command;
 
 use ffn_io::checkpoint::load_checkpoint;
 
+mod support;
+use support::train_data;
+
 fn ffn(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ffn"))
         .args(args)
@@ -23,69 +26,20 @@ fn ok(args: &[&str]) {
     );
 }
 
-/// Synthetic data, partitions and coordinates in `dir`; returns the common `ffn train` arguments.
+/// Synthetic data, partitions and coordinates in `dir`; returns the common `ffn train` arguments
+/// (the tiny network, batch 3, a metrics row every 5 steps).
 fn prepare(dir: &Path) -> Vec<String> {
-    let h5 = dir.join("s.h5").display().to_string();
-    let coords = dir.join("t.coords").display().to_string();
-    ok(&[
-        "synth",
-        "--out",
-        &h5,
-        "--shape",
-        "36,36,36",
-        "--neurites",
-        "12",
-        "--seed",
-        "5",
-    ]);
-    ok(&[
-        "partitions",
-        "--labels",
-        &format!("{h5}:labels"),
-        "--out",
-        &format!("{h5}:af"),
-        "--lom-radius",
-        "5",
-        "--min-size",
-        "200",
-    ]);
-    ok(&[
-        "coordinates",
-        "--partitions",
-        &format!("s:{h5}:af"),
-        "--out",
-        &coords,
-        "--margin",
-        "5",
-    ]);
-    [
-        "--image",
-        &format!("s:{h5}:image"),
-        "--labels",
-        &format!("s:{h5}:labels"),
-        "--coords",
-        &coords,
-        "--depth",
-        "2",
-        "--features",
-        "4",
-        "--fov",
-        "7,7,7",
-        "--deltas",
-        "2,2,2",
-        "--batch-size",
-        "3",
-        "--optimizer",
-        "momentum",
-        "--learning-rate",
-        "0.01",
-        "--report-every",
-        "5",
-        "--quiet",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let mut args = train_data::make(
+        dir,
+        &train_data::Recipe {
+            synth: &["--shape", "36,36,36", "--neurites", "12", "--seed", "5"],
+            partitions: &["--lom-radius", "5", "--min-size", "200"],
+            coordinates: &["--margin", "5"],
+        },
+    );
+    args.extend(train_data::tiny_network(5));
+    args.extend(["--batch-size".into(), "3".into()]);
+    args
 }
 
 fn train(common: &[String], extra: &[&str]) -> std::process::Output {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ffn_io::checkpoint::{Checkpoint, load_checkpoint};
 
-use super::{FFN, finish, ok, run};
+use super::{FFN, finish, train_data};
 
 /// No test run may take longer than this (a hang is a failure, not a stuck CI job).
 pub const LIMIT: Duration = Duration::from_secs(240);
@@ -38,70 +38,21 @@ pub fn mpirun(n: usize, args: &[String]) -> Command {
     c
 }
 
-/// Synthetic volume, partitions and coordinates in `dir`; returns the `ffn train` data arguments.
+/// Synthetic volume, partitions and coordinates in `dir`; returns the `ffn train` arguments of
+/// the tiny network on them.
 pub fn prepare(dir: &Path) -> Vec<String> {
-    let h5 = dir.join("s.h5").display().to_string();
-    let coords = dir.join("t.coords").display().to_string();
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    for args in [
-        s(&[
-            "synth",
-            "--out",
-            &h5,
-            "--shape",
-            "30,30,30",
-            "--neurites",
-            "10",
-            "--seed",
-            "5",
-        ]),
-        s(&[
-            "partitions",
-            "--labels",
-            &format!("{h5}:labels"),
-            "--out",
-            &format!("{h5}:af"),
-            "--lom-radius",
-            "4",
-            "--min-size",
-            "100",
-        ]),
-        s(&[
-            "coordinates",
-            "--partitions",
-            &format!("s:{h5}:af"),
-            "--out",
-            &coords,
-            "--margin",
-            "6",
-        ]),
-    ] {
-        ok(&run(ffn(&args), LIMIT), &format!("ffn {args:?}"));
-    }
-    s(&[
-        "train",
-        "--image",
-        &format!("s:{h5}:image"),
-        "--labels",
-        &format!("s:{h5}:labels"),
-        "--coords",
-        &coords,
-        "--depth",
-        "2",
-        "--features",
-        "4",
-        "--fov",
-        "7,7,7",
-        "--deltas",
-        "2,2,2",
-        "--optimizer",
-        "momentum",
-        "--learning-rate",
-        "0.01",
-        "--report-every",
-        "2",
-        "--quiet",
-    ])
+    let data = train_data::make(
+        dir,
+        &train_data::Recipe {
+            synth: &["--shape", "30,30,30", "--neurites", "10", "--seed", "5"],
+            partitions: &["--lom-radius", "4", "--min-size", "100"],
+            coordinates: &["--margin", "6"],
+        },
+    );
+    let mut args = vec!["train".to_string()];
+    args.extend(data);
+    args.extend(train_data::tiny_network(2));
+    args
 }
 
 /// `base` plus `extra`.

@@ -1,7 +1,7 @@
 //! Helpers of the CLI tests: start `ffn` processes and never wait forever ([`run`], [`finish`]);
 //! [`comm`]: the communicator suites; [`dist`]: data and runs of the data-parallel training tests;
 //! [`tiled`]: volumes and runs of the tiled-inference tests; [`interop`]: the reference Python
-//! clients.
+//! clients; [`train_data`]: synthetic training data and the tiny network of the training tests.
 
 #![allow(dead_code)]
 
@@ -14,6 +14,7 @@ pub mod dist;
 pub mod hosts;
 pub mod interop;
 pub mod tiled;
+pub mod train_data;
 
 /// The `ffn` binary under test.
 pub const FFN: &str = env!("CARGO_BIN_EXE_ffn");
