@@ -153,8 +153,9 @@ pub(crate) fn check_root(root: usize, size: usize) -> Result<(), CommError> {
     Ok(())
 }
 
-/// A free TCP port on the loopback interface (the unit tests' rendezvous ports).
-#[cfg(test)]
+/// A free TCP port on the loopback interface (the rendezvous ports of the ZeroMQ and hierarchical
+/// backends' unit tests).
+#[cfg(all(test, feature = "zmq"))]
 pub(crate) fn free_loopback_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -403,7 +403,7 @@ impl Trainer {
 
     /// The metrics of the current window, and starts a new one.
     pub fn take_metrics(&mut self) -> Metrics {
-        self.tracker.take()
+        self.take_tracker().metrics()
     }
 
     /// The confusion counts and loss sums of the current window, and starts a new one (for
