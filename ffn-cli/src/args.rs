@@ -123,6 +123,20 @@ mod tests {
     }
 }
 
+/// The convolution algorithm of inference (`ffn infer`, `ffn infer-tiled`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct InferenceConvFlag {
+    /// Convolution algorithm of the 3x3x3 layers: `winograd3d` (the default: Winograd over all
+    /// three axes, F(4x4,3x3) in y and x and F(4,3) along z, for layers of 32k channels where AVX2
+    /// or AVX-512 runs it, the others direct; Google's FIB-25 segmentation within adapted Rand
+    /// error 2.2e-6), `winograd` (F(4x4,3x3) in y and x: Google's FIB-25 segmentation voxel for
+    /// voxel), `winograd1d` (F(4,3) along x), `direct` (every multiply-add), or `bf16` (opt-in: the
+    /// convs with 32k channels from inputs and weights rounded to bfloat16, by AMX tile products
+    /// where the CPU has them, else emulated; segmentations differ from float32's).
+    #[arg(long, default_value = "winograd3d", value_parser = parse_conv_algorithm)]
+    pub conv: ffn_core::conv::winograd::ConvAlgorithm,
+}
+
 /// The flood-fill settings that a model can record (`ffn set-inference`) and that `ffn infer` and
 /// `ffn infer-tiled` take, each unset unless given.
 #[derive(clap::Args, Clone, Debug, Default)]

@@ -95,15 +95,8 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Convolution algorithm of the 3x3x3 layers: `winograd3d` (the default: Winograd over all
-    /// three axes, F(4x4,3x3) in y and x and F(4,3) along z, for layers of 32k channels where AVX2
-    /// or AVX-512 runs it, the others direct; Google's FIB-25 segmentation within adapted Rand
-    /// error 2.2e-6), `winograd` (F(4x4,3x3) in y and x: Google's FIB-25 segmentation voxel for
-    /// voxel), `winograd1d` (F(4,3) along x), `direct` (every multiply-add), or `bf16` (opt-in: the
-    /// convs with 32k channels from inputs and weights rounded to bfloat16, by AMX tile products
-    /// where the CPU has them, else emulated; segmentations differ from float32's).
-    #[arg(long, default_value = "winograd3d", value_parser = crate::args::parse_conv_algorithm)]
-    pub conv: ffn_core::conv::winograd::ConvAlgorithm,
+    #[command(flatten)]
+    pub conv: crate::args::InferenceConvFlag,
 }
 
 /// Runs `ffn infer`.
@@ -141,7 +134,7 @@ pub fn run(args: Args) -> Result<()> {
         symmetries: args.thresholds.symmetries,
         min_boundary_dist: args.min_boundary_dist,
         no_disco: args.no_disco,
-        conv: args.conv,
+        conv: args.conv.conv,
     };
     let outputs = InferOutputs {
         out: args.out,

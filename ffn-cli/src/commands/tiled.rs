@@ -67,15 +67,8 @@ pub struct Args {
     /// Size of the box to segment, x,y,z (with --offset).
     #[arg(long)]
     pub size: Option<String>,
-    /// Convolution algorithm of the 3x3x3 layers: `winograd3d` (the default: Winograd over all
-    /// three axes, F(4x4,3x3) in y and x and F(4,3) along z, for layers of 32k channels where AVX2
-    /// or AVX-512 runs it, the others direct; Google's FIB-25 segmentation within adapted Rand
-    /// error 2.2e-6), `winograd` (F(4x4,3x3) in y and x: Google's FIB-25 segmentation voxel for
-    /// voxel), `winograd1d` (F(4,3) along x), `direct` (every multiply-add), or `bf16` (opt-in: the
-    /// convs with 32k channels from inputs and weights rounded to bfloat16, by AMX tile products
-    /// where the CPU has them, else emulated; segmentations differ from float32's).
-    #[arg(long, default_value = "winograd3d", value_parser = crate::args::parse_conv_algorithm)]
-    pub conv: ffn_core::conv::winograd::ConvAlgorithm,
+    #[command(flatten)]
+    pub conv: crate::args::InferenceConvFlag,
     /// Communicator backend: local (one rank), shm, zmq or hier (under `ffn launch -n N`), mpi (under mpirun).
     #[arg(long, default_value = "local")]
     pub backend: String,
@@ -133,7 +126,7 @@ pub fn run(args: Args) -> Result<()> {
         max_tiles: args.max_tiles,
         offset: args.offset,
         size: args.size,
-        conv: args.conv,
+        conv: args.conv.conv,
         image_mean: args.image_mean,
         image_stddev: args.image_stddev,
         grid_seeds: args.seed_policy == SeedPolicy::Grid,
