@@ -12,19 +12,22 @@ export HDF5_USE_FILE_LOCKING=FALSE
 cargo test --workspace
 
 echo "== examples"
-# In the test profile: optimised like the tests, and built on what `cargo test` just built.
-cargo run --profile test -p ffn-core --example flood_fill
-cargo run --profile test -p ffn-core --example train_synthetic
-cargo run --profile test -p ffn-io --example train_and_segment
-cargo run --profile test -p ffn-io --example infer_tiled
-cargo run --profile test -p ffn-io --example volumes
+# Built once for the whole workspace in the test profile: the same features and profile as `cargo
+# test --workspace` just used (which builds the examples too), so nothing is compiled again; one
+# package alone (`cargo run -p ...`) would unify other features and rebuild its dependencies.
+cargo build --workspace --examples --profile test
+examples="${CARGO_TARGET_DIR:-target}/debug/examples"
+"$examples/flood_fill"
+"$examples/train_synthetic"
+"$examples/train_and_segment"
+"$examples/infer_tiled"
+"$examples/volumes"
+# The communicator chosen at run time: the shm variant starts its own ranks; with mpirun (CI
+# installs it) the mpi one runs under it too.
+"$examples/allreduce" shm
 if command -v mpirun >/dev/null 2>&1; then
-  # With MPI (CI installs it): the shm variant starts its own ranks, the mpi one runs under mpirun.
-  cargo run --profile test -p ffn-comm --features mpi --example allreduce -- shm
-  mpirun -n 2 "${CARGO_TARGET_DIR:-target}/debug/examples/allreduce" mpi
-else
-  cargo run --profile test -p ffn-comm --example allreduce -- shm
+  mpirun -n 2 "$examples/allreduce" mpi
 fi
 # Data-parallel training with the communicator chosen at run time: threads, then shm processes.
-cargo run --profile test -p ffn-comm --example train_data_parallel -- local 2
-cargo run --profile test -p ffn-comm --example train_data_parallel -- shm 2
+"$examples/train_data_parallel" local 2
+"$examples/train_data_parallel" shm 2

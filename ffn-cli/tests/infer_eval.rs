@@ -294,99 +294,41 @@ fn bad_input_gives_one_line_errors() {
     let d = tmp.path();
     setup(d);
     let ck = constant_model(d, "m.safetensors", 0.0);
-    let e = fails(
-        &[
+    // `ffn infer` of `image` with `checkpoint` and the flags `extra`, which must fail.
+    let infer_fails = |image: &str, checkpoint: &str, extra: &[&str]| {
+        let mut args = vec![
             "infer",
             "--image",
-            "data.h5:nope",
+            image,
             "--checkpoint",
-            &ck,
+            checkpoint,
             "--out",
             "s.h5:seg",
-        ],
-        d,
-    );
+        ];
+        args.extend_from_slice(extra);
+        fails(&args, d)
+    };
+    let e = infer_fails("data.h5:nope", &ck, &[]);
     assert!(e.contains("nope"), "{e}");
-    let e = fails(
-        &[
-            "infer",
-            "--image",
-            "data.h5:raw",
-            "--checkpoint",
-            "missing.safetensors",
-            "--out",
-            "s.h5:seg",
-        ],
-        d,
-    );
+    let e = infer_fails("data.h5:raw", "missing.safetensors", &[]);
     assert!(e.contains("missing.safetensors"), "{e}");
-    let e = fails(
-        &[
-            "infer",
-            "--image",
-            "data.h5:raw",
-            "--checkpoint",
-            &ck,
-            "--out",
-            "s.h5:seg",
-            "--seed-policy",
-            "random",
-        ],
-        d,
-    );
+    let e = infer_fails("data.h5:raw", &ck, &["--seed-policy", "random"]);
     assert!(e.contains("random") && e.contains("peaks"), "{e}");
-    let e = fails(
-        &[
-            "infer",
-            "--image",
-            "data.h5:raw",
-            "--checkpoint",
-            &ck,
-            "--out",
-            "s.h5:seg",
-            "--offset",
-            "0,0,0",
-            "--size",
-            "41,1,1",
-        ],
-        d,
+    let e = infer_fails(
+        "data.h5:raw",
+        &ck,
+        &["--offset", "0,0,0", "--size", "41,1,1"],
     );
     assert!(e.contains("--offset/--size"), "{e}");
     std::fs::write(d.join("deep.pbtxt"), "model_args: '{\"depth\": 12}'\n").unwrap();
-    let e = fails(
-        &[
-            "infer",
-            "--request",
-            "deep.pbtxt",
-            "--image",
-            "data.h5:raw",
-            "--checkpoint",
-            &ck,
-            "--out",
-            "s.h5:seg",
-        ],
-        d,
-    );
+    let e = infer_fails("data.h5:raw", &ck, &["--request", "deep.pbtxt"]);
     assert!(e.contains("deep.pbtxt") && e.contains("depth"), "{e}");
     std::fs::write(
         d.join("broken.pbtxt"),
         "inference_options {\n  pad_value: 2\n}\n",
     )
     .unwrap();
-    let e = fails(
-        &[
-            "infer",
-            "--request",
-            "broken.pbtxt",
-            "--image",
-            "data.h5:raw",
-            "--checkpoint",
-            &ck,
-            "--out",
-            "s.h5:seg",
-        ],
-        d,
-    );
+    let e = infer_fails("data.h5:raw", &ck, &["--request", "broken.pbtxt"]);
     assert!(e.contains("broken.pbtxt") && e.contains("pad_value"), "{e}");
     let e = fails(
         &[

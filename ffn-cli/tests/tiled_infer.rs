@@ -14,15 +14,7 @@ fn tiled_equals_untiled_for_several_tile_sizes() {
     let out_h5 = dir.path().join("out.h5");
     // One tile covering the whole volume is the untiled canvas run.
     let untiled = format!("{}:untiled", s(&out_h5));
-    let mut args = vec![
-        "infer-tiled",
-        "--image",
-        &img,
-        "--out",
-        &untiled,
-        "--tile-size",
-        "64",
-    ];
+    let mut args = tiled_args(&img, &untiled, "64", &[]);
     args.extend(ORACLE);
     let stdout = ok(&args);
     assert_eq!(computed(&stdout), vec![1], "{stdout}");
@@ -36,18 +28,12 @@ fn tiled_equals_untiled_for_several_tile_sizes() {
     for (size, overlap) in [("20", "8"), ("16,24,20", "7,9,7"), ("28,12,32", "7")] {
         let name = format!("{}:tiled_{}", s(&out_h5), size.replace(',', "_"));
         let store = dir.path().join(format!("store_{}", size.replace(',', "_")));
-        let mut args = vec![
-            "infer-tiled",
-            "--image",
+        let mut args = tiled_args(
             &img,
-            "--out",
             &name,
-            "--tile-size",
             size,
-            "--tile-overlap",
-            overlap,
-            "--tile-store",
-        ];
+            &["--tile-overlap", overlap, "--tile-store"],
+        );
         let store_s = s(&store);
         args.push(&store_s);
         args.extend(ORACLE);
@@ -72,17 +58,7 @@ fn a_limited_run_resumes_without_recomputing() {
     let (img, truth) = write_boxes(dir.path(), [30, 30, 30], 8);
     let out = format!("{}:seg", s(&dir.path().join("out.h5")));
     let store = s(&dir.path().join("tiles"));
-    let mut args = vec![
-        "infer-tiled",
-        "--image",
-        &img,
-        "--out",
-        &out,
-        "--tile-size",
-        "18",
-        "--tile-store",
-        &store,
-    ];
+    let mut args = tiled_args(&img, &out, "18", &["--tile-store", &store]);
     args.extend(ORACLE);
     // 30 voxels, tiles of 18 overlapping by 7 (the FOV): starts 0, 11, 12; 27 tiles.
     let mut first = args.clone();
@@ -264,27 +240,11 @@ fn a_real_network_runs_tiled() {
         "10",
     ];
     let untiled = format!("{}:untiled", s(&file));
-    let mut args = vec![
-        "infer-tiled",
-        "--image",
-        &img,
-        "--out",
-        &untiled,
-        "--tile-size",
-        "64",
-    ];
+    let mut args = tiled_args(&img, &untiled, "64", &[]);
     args.extend(common);
     ok(&args);
     let tiled = format!("{}:tiled", s(&file));
-    let mut args = vec![
-        "infer-tiled",
-        "--image",
-        &img,
-        "--out",
-        &tiled,
-        "--tile-size",
-        "15,14,13",
-    ];
+    let mut args = tiled_args(&img, &tiled, "15,14,13", &[]);
     args.extend(common);
     let stdout = ok(&args);
     assert_eq!(computed(&stdout), vec![8], "{stdout}");
@@ -322,19 +282,12 @@ fn a_box_of_the_volume_is_segmented_in_tiles_like_untiled() {
     let run = |name: &str, tile: &str, store: &str| -> String {
         let out = format!("{}:{name}", s(&dir.path().join("box.h5")));
         let store = s(&dir.path().join(store));
-        let mut args = vec![
-            "infer-tiled",
-            "--image",
+        let mut args = tiled_args(
             &img,
-            "--out",
             &out,
-            "--tile-size",
             tile,
-            "--tile-overlap",
-            "8",
-            "--tile-store",
-            &store,
-        ];
+            &["--tile-overlap", "8", "--tile-store", &store],
+        );
         args.extend(box_args);
         args.extend(ORACLE);
         ok(&args);
@@ -354,23 +307,13 @@ fn a_box_of_the_volume_is_segmented_in_tiles_like_untiled() {
     // The store remembers its box; half a box and a box outside the image are refused.
     let out = format!("{}:other", s(&dir.path().join("box.h5")));
     let store = s(&dir.path().join("store_tiled"));
-    let mut args = vec![
-        "infer-tiled",
-        "--image",
+    let mut args = tiled_args(
         &img,
-        "--out",
         &out,
-        "--tile-size",
         "12,14,16",
-        "--tile-overlap",
-        "8",
-        "--tile-store",
-        &store,
-        "--offset",
-        "5,6,2",
-        "--size",
-        "20,22,24",
-    ];
+        &["--tile-overlap", "8", "--tile-store", &store],
+    );
+    args.extend(["--offset", "5,6,2", "--size", "20,22,24"]);
     args.extend(ORACLE);
     let err = ffn(&args);
     assert!(

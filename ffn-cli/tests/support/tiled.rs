@@ -41,6 +41,27 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The arguments of `ffn infer-tiled` that segments `image` into `out` in tiles of `tile_size`,
+/// followed by `extra`.
+pub fn tiled_args<'a>(
+    image: &'a str,
+    out: &'a str,
+    tile_size: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
+        "infer-tiled",
+        "--image",
+        image,
+        "--out",
+        out,
+        "--tile-size",
+        tile_size,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 pub fn s(p: &Path) -> String {
     p.display().to_string()
 }

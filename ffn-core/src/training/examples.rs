@@ -509,23 +509,24 @@ mod tests {
         (image, labels)
     }
 
+    /// The example of [`volume`] at `zyx`, unaugmented, with moves drawn by `Rng::new(seed)`.
+    fn example_at(c: &ExampleConfig, zyx: [u32; 3], seed: u64) -> Example {
+        let (image, labels) = volume();
+        Example::new(
+            c,
+            image.view(),
+            labels.view(),
+            Coordinate { volume: 0, zyx },
+            Augmentation::IDENTITY,
+            &mut Rng::new(seed),
+        )
+    }
+
     #[test]
     fn patch_soft_labels_and_seed() {
         let c = cfg();
         assert_eq!(c.patch_shape(), [9, 9, 9]);
-        let (image, labels) = volume();
-        let coord = Coordinate {
-            volume: 0,
-            zyx: [6, 6, 4],
-        };
-        let ex = Example::new(
-            &c,
-            image.view(),
-            labels.view(),
-            coord,
-            Augmentation::IDENTITY,
-            &mut Rng::new(1),
-        );
+        let ex = example_at(&c, [6, 6, 4], 1);
         let s = ex.shape();
         // Patch x runs 0..9 over volume x 0..9; centre x = 4 has label 7 (x < 6): patch x < 6 is on.
         for x in 0..9 {
@@ -545,9 +546,12 @@ mod tests {
         let bg = Array3::<u64>::zeros((13, 13, 13));
         let ex = Example::new(
             &c,
-            image.view(),
+            volume().0.view(),
             bg.view(),
-            coord,
+            Coordinate {
+                volume: 0,
+                zyx: [6, 6, 4],
+            },
             Augmentation::IDENTITY,
             &mut Rng::new(1),
         );
@@ -560,19 +564,7 @@ mod tests {
     #[test]
     fn fixed_policy_visits_valid_shifts_in_shuffled_order() {
         let c = cfg();
-        let (image, labels) = volume();
-        let coord = Coordinate {
-            volume: 0,
-            zyx: [6, 6, 6],
-        };
-        let mut ex = Example::new(
-            &c,
-            image.view(),
-            labels.view(),
-            coord,
-            Augmentation::IDENTITY,
-            &mut Rng::new(4),
-        );
+        let mut ex = example_at(&c, [6, 6, 6], 4);
         // First the centre, whatever the canvas.
         assert_eq!(ex.next_offset(&c), Some([0, 0, 0]));
         // Prediction: object (logit 3) where patch x <= 4, else -3. Valid shifts: those with dx <= 0
@@ -598,14 +590,7 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), 17);
         // Another seed gives another order.
-        let mut ex2 = Example::new(
-            &c,
-            image.view(),
-            labels.view(),
-            coord,
-            Augmentation::IDENTITY,
-            &mut Rng::new(5),
-        );
+        let mut ex2 = example_at(&c, [6, 6, 6], 5);
         ex2.next_offset(&c);
         ex2.write_back(&c, [0, 0, 0], &logits);
         let v2: Vec<_> = core::iter::from_fn(|| ex2.next_offset(&c)).collect();
@@ -618,19 +603,7 @@ mod tests {
     fn fixed_policy_sees_write_backs_between_moves() {
         // With an all-negative first prediction no shift is valid; the example ends after the centre.
         let c = cfg();
-        let (image, labels) = volume();
-        let coord = Coordinate {
-            volume: 0,
-            zyx: [6, 6, 6],
-        };
-        let mut ex = Example::new(
-            &c,
-            image.view(),
-            labels.view(),
-            coord,
-            Augmentation::IDENTITY,
-            &mut Rng::new(4),
-        );
+        let mut ex = example_at(&c, [6, 6, 6], 4);
         assert_eq!(ex.next_offset(&c), Some([0, 0, 0]));
         ex.write_back(&c, [0, 0, 0], &vec![-1.0; c.fov_len()]);
         assert_eq!(ex.next_offset(&c), None);
@@ -658,19 +631,7 @@ mod tests {
             policy: FovPolicy::MaxPredMoves,
             ..cfg()
         };
-        let (image, labels) = volume();
-        let coord = Coordinate {
-            volume: 0,
-            zyx: [6, 6, 6],
-        };
-        let mut ex = Example::new(
-            &c,
-            image.view(),
-            labels.view(),
-            coord,
-            Augmentation::IDENTITY,
-            &mut Rng::new(4),
-        );
+        let mut ex = example_at(&c, [6, 6, 6], 4);
         assert_eq!(ex.next_offset(&c), Some([0, 0, 0]));
         // Prediction: one confident voxel on the FOV's x-face at -delta (fov index z 2, y 1, x 0),
         // one below threshold on the y+ face.
