@@ -90,28 +90,26 @@ fn write_image(spec: &VolumeSpec, boxes: &Boxes, offset: [usize; 3], shape: [usi
 }
 
 fn oracle_args<'a>(image: &'a str, out: &'a str, tile: &'a str) -> Vec<&'a str> {
-    vec![
-        "infer-tiled",
-        "--image",
+    support::tiled::tiled_args(
         image,
-        "--out",
         out,
-        "--tile-size",
         tile,
-        "--oracle",
-        "--fov",
-        "9,9,9",
-        "--deltas",
-        "4,4,4",
-        "--seed-policy",
-        "grid",
-        "--grid-step",
-        "4",
-        "--min-segment-size",
-        "1",
-        "--min-boundary-dist",
-        "0",
-    ]
+        &[
+            "--oracle",
+            "--fov",
+            "9,9,9",
+            "--deltas",
+            "4,4,4",
+            "--seed-policy",
+            "grid",
+            "--grid-step",
+            "4",
+            "--min-segment-size",
+            "1",
+            "--min-boundary-dist",
+            "0",
+        ],
+    )
 }
 
 /// Runs `ffn ARGS` with `limit` bytes of address space; returns stdout.
