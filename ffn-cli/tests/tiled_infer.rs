@@ -104,16 +104,12 @@ impl LongRun {
         let (img, truth) = write_boxes(dir, [40, 40, 40], seed);
         let out = format!("{}:seg", s(&dir.join("out.h5")));
         let store = dir.join("tiles");
-        let mut args: Vec<String> = ["infer-tiled", "--image", &img, "--out", &out]
+        let store_s = s(&store);
+        let args = tiled_args(&img, &out, "12", &["--tile-store", &store_s])
+            .into_iter()
+            .chain(ORACLE)
             .map(String::from)
-            .to_vec();
-        args.extend([
-            "--tile-size".into(),
-            "12".into(),
-            "--tile-store".into(),
-            s(&store),
-        ]);
-        args.extend(ORACLE.map(String::from));
+            .collect();
         LongRun {
             args,
             store,
