@@ -55,7 +55,7 @@ pub struct Args {
     #[arg(long, default_value = "80,80,80")]
     pub size: String,
     /// Training time budget of the short run, in minutes.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = ffn_io::demo::DEFAULT_TRAIN_MINUTES)]
     pub train_minutes: f64,
     /// Step limit of the short run (the time budget usually ends it first).
     #[arg(long, default_value_t = 100_000)]
