@@ -31,7 +31,7 @@ use crate::heldout::{HeldOut, Scored, context_region};
 use crate::training::{LogRow, OptimizerKind, Summary, TrainOptions, TrainingRun};
 
 /// What the demo does; [`DemoOptions::new`] gives `ffn demo`'s defaults.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct DemoOptions {
     /// Output folder.
     pub out: PathBuf,

@@ -89,11 +89,23 @@ pub struct Args {
 
 /// Runs `ffn demo`.
 pub fn run(args: Args) -> Result<()> {
+    let opts = options(args)?;
+    let report = run_demo(&opts, &mut |event| match event {
+        DemoEvent::Note(line) => println!("{line}"),
+        DemoEvent::TrainRow(row) => eprintln!("{}", row.csv()),
+    })?;
+    println!();
+    println!("{}", report.text(&opts));
+    Ok(())
+}
+
+/// The library's options from the flags.
+fn options(args: Args) -> Result<DemoOptions> {
     let reference = match args.reference.as_str() {
         "none" => None,
         text => Some(text.parse().context("--reference")?),
     };
-    let opts = DemoOptions {
+    Ok(DemoOptions {
         data: args.data,
         model: args.model,
         reference,
@@ -115,12 +127,33 @@ pub fn run(args: Args) -> Result<()> {
         min_segment_size: args.min_segment_size,
         seed: args.seed,
         ..DemoOptions::new(args.out)
-    };
-    let report = run_demo(&opts, &mut |event| match event {
-        DemoEvent::Note(line) => println!("{line}"),
-        DemoEvent::TrainRow(row) => eprintln!("{}", row.csv()),
-    })?;
-    println!();
-    println!("{}", report.text(&opts));
-    Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn the_flags_default_to_the_librarys_options() {
+        let cli = Cli::try_parse_from(["demo"]).unwrap();
+        assert_eq!(options(cli.args).unwrap(), DemoOptions::new("demo_out"));
+    }
+
+    #[test]
+    fn flags_reach_the_options_in_x_y_z_order() {
+        let cli =
+            Cli::try_parse_from(["demo", "--offset", "1,2,160", "--reference", "none"]).unwrap();
+        let opts = options(cli.args).unwrap();
+        assert_eq!(opts.offset, [160, 2, 1]);
+        assert_eq!(opts.reference, None);
+    }
 }
